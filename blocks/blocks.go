@@ -1,0 +1,192 @@
+// Package blocks keeps a peer's content-addressed blocks (datasets,
+// scripts, models) in a pebble blockstore (flatfs, kubo's choice, has no
+// release that builds against the current go-datastore), moves them over bitswap, and
+// converts files and folders to and from UnixFS DAGs (CIDv1, raw leaves,
+// 1 MiB chunks).
+package blocks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/ipfs/boxo/bitswap"
+	"github.com/ipfs/boxo/bitswap/network/bsnet"
+	"github.com/ipfs/boxo/blockservice"
+	"github.com/ipfs/boxo/blockstore"
+	chunk "github.com/ipfs/boxo/chunker"
+	"github.com/ipfs/boxo/files"
+	"github.com/ipfs/boxo/ipld/merkledag"
+	"github.com/ipfs/boxo/ipld/unixfs/importer/balanced"
+	"github.com/ipfs/boxo/ipld/unixfs/importer/helpers"
+	unixfile "github.com/ipfs/boxo/ipld/unixfs/file"
+	uio "github.com/ipfs/boxo/ipld/unixfs/io"
+	"github.com/ipfs/go-cid"
+	pebbleds "github.com/ipfs/go-ds-pebble"
+	ipld "github.com/ipfs/go-ipld-format"
+	"github.com/libp2p/go-libp2p/core/host"
+)
+
+var profile = uio.UnixFS_v1_2025
+
+// Store is a peer's blockstore with bitswap in front of it.
+type Store struct {
+	ds    *pebbleds.Datastore
+	bs    blockstore.Blockstore
+	swap  *bitswap.Bitswap
+	dag   ipld.DAGService
+	local ipld.DAGService // never asks the network
+}
+
+// Open opens (or creates) the blockstore in dir and starts bitswap on h.
+func Open(dir string, h host.Host) (*Store, error) {
+	ds, err := pebbleds.NewDatastore(dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening blockstore %s: %w", dir, err)
+	}
+	bs := blockstore.NewBlockstore(ds)
+	swap := bitswap.New(context.Background(), bsnet.NewFromIpfsHost(h), nil, bs)
+	return &Store{
+		ds:    ds,
+		bs:    bs,
+		swap:  swap,
+		dag:   merkledag.NewDAGService(blockservice.New(bs, swap)),
+		local: merkledag.NewDAGService(blockservice.New(bs, nil)),
+	}, nil
+}
+
+// Close stops bitswap and closes the blockstore.
+func (s *Store) Close() error {
+	return errors.Join(s.swap.Close(), s.ds.Close())
+}
+
+// ImportFile adds the bytes of r as a UnixFS file and returns its root.
+func (s *Store) ImportFile(ctx context.Context, r io.Reader) (cid.Cid, error) {
+	params := helpers.DagBuilderParams{
+		Maxlinks:   profile.FileDAGWidth,
+		RawLeaves:  profile.RawLeaves,
+		CidBuilder: profile.CidBuilder(),
+		Dagserv:    s.local,
+	}
+	db, err := params.New(chunk.NewSizeSplitter(r, profile.ChunkSize))
+	if err != nil {
+		return cid.Undef, err
+	}
+	nd, err := balanced.Layout(db)
+	if err != nil {
+		return cid.Undef, fmt.Errorf("importing file: %w", err)
+	}
+	return nd.Cid(), nil
+}
+
+// ImportPath adds a file or a folder tree. Symlinks and anything that is
+// not a regular file or folder are refused: a job's output must never
+// carry a link out of its folder.
+func (s *Store) ImportPath(ctx context.Context, path string) (cid.Cid, error) {
+	nd, err := s.importPath(ctx, path)
+	if err != nil {
+		return cid.Undef, err
+	}
+	return nd.Cid(), nil
+}
+
+func (s *Store) importPath(ctx context.Context, path string) (ipld.Node, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case fi.Mode().IsRegular():
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		c, err := s.ImportFile(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		return s.local.Get(ctx, c)
+	case fi.IsDir():
+		dir, err := uio.NewDirectory(s.local, uio.WithCidBuilder(profile.CidBuilder()))
+		if err != nil {
+			return nil, err
+		}
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			child, err := s.importPath(ctx, filepath.Join(path, e.Name()))
+			if err != nil {
+				return nil, err
+			}
+			if err := dir.AddChild(ctx, e.Name(), child); err != nil {
+				return nil, err
+			}
+		}
+		nd, err := dir.GetNode()
+		if err != nil {
+			return nil, err
+		}
+		return nd, s.local.Add(ctx, nd)
+	default:
+		return nil, fmt.Errorf("%s is a %s, not a file or folder: refused", path, describeMode(fi.Mode()))
+	}
+}
+
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+// Fetch gets every block of the DAG under root, from peers over bitswap
+// where it is not already local. Bitswap checks each block against its
+// hash, so a fetched DAG is exactly the one root names.
+func (s *Store) Fetch(ctx context.Context, root cid.Cid) error {
+	if err := merkledag.FetchGraph(ctx, root, s.dag); err != nil {
+		return fmt.Errorf("fetching %s: %w", root, err)
+	}
+	return nil
+}
+
+// Node opens a local UnixFS file or folder.
+func (s *Store) Node(ctx context.Context, root cid.Cid) (files.Node, error) {
+	nd, err := s.local.Get(ctx, root)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", root, err)
+	}
+	return unixfile.NewUnixfsFile(ctx, s.local, nd)
+}
+
+// Export writes a local DAG to path (a file, or a folder tree).
+func (s *Store) Export(ctx context.Context, root cid.Cid, path string) error {
+	n, err := s.Node(ctx, root)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	if err := files.WriteTo(n, path); err != nil {
+		return fmt.Errorf("writing %s to %s: %w", root, path, err)
+	}
+	return nil
+}
+
+// Has reports whether the root block is local.
+func (s *Store) Has(ctx context.Context, c cid.Cid) bool {
+	ok, err := s.bs.Has(ctx, c)
+	return err == nil && ok
+}

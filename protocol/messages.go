@@ -1,0 +1,322 @@
+package protocol
+
+// Every message below travels inside a signed Envelope. Times are Unix
+// milliseconds; money is integer paise; peers are peer ID strings; content
+// is CID strings.
+
+// Message is implemented by every wire message.
+type Message interface {
+	// Kind names the message in its envelope.
+	Kind() string
+}
+
+// JobRequest is published by a buyer on the tier's topic.
+type JobRequest struct {
+	JobID      string   `json:"job"`
+	Tier       string   `json:"tier"`
+	CapSeconds int64    `json:"cap_s"`
+	Buyer      string   `json:"buyer"`
+	BuyerAddrs []string `json:"buyer_addrs"`
+	IssuedAt   int64    `json:"at"`
+}
+
+// Offer is a provider's answer to a JobRequest, sent to the buyer directly.
+type Offer struct {
+	JobID     string `json:"job"`
+	Tier      string `json:"tier"`
+	Provider  string `json:"provider"`
+	GPU       string `json:"gpu"`
+	Simulated bool   `json:"simulated"`
+}
+
+// Contract is what buyer and provider agree on. The buyer signs it in an
+// Accept; the provider countersigns it in a Confirm; the coordinator checks
+// both signatures before it meters a run.
+type Contract struct {
+	JobID            string   `json:"job"`
+	Tier             string   `json:"tier"`
+	RatePaisePerHour int64    `json:"rate"`
+	CapSeconds       int64    `json:"cap_s"`
+	Buyer            string   `json:"buyer"`
+	Provider         string   `json:"provider"`
+	Dataset          string   `json:"dataset"`
+	DatasetName      string   `json:"dataset_name"`
+	Script           string   `json:"script"`
+	ScriptName       string   `json:"script_name"`
+	Packages         []string `json:"packages,omitempty"`
+}
+
+// Accept opens a job stream: the buyer's signed contract.
+type Accept struct {
+	Contract Contract `json:"contract"`
+}
+
+// Confirm is the provider's countersignature: it has taken the job.
+type Confirm struct {
+	Contract Contract `json:"contract"`
+}
+
+// Decline is the provider's refusal of an Accept (it is busy, or the
+// contract does not match its offer).
+type Decline struct {
+	JobID  string `json:"job"`
+	Reason string `json:"reason"`
+}
+
+// Started tells the buyer the coordinator has begun metering and the script
+// is about to run.
+type Started struct {
+	JobID string `json:"job"`
+	At    int64  `json:"at"`
+}
+
+// Log is one line of the script's output.
+type Log struct {
+	JobID  string `json:"job"`
+	Stream string `json:"stream"` // "stdout" or "stderr"
+	Line   string `json:"line"`
+	At     int64  `json:"at"`
+}
+
+// Telemetry is the provider's GPU reading, sent once a second while a job runs.
+type Telemetry struct {
+	JobID        string `json:"job"`
+	ElapsedMs    int64  `json:"elapsed_ms"`
+	GPU          string `json:"gpu"`
+	TempC        int    `json:"temp_c"`
+	VRAMUsedMiB  uint64 `json:"vram_used_mib"`
+	VRAMTotalMiB uint64 `json:"vram_total_mib"`
+	FanPercent   int    `json:"fan_pct"` // -1: the card has no fan
+	UtilPercent  int    `json:"util_pct"`
+	Simulated    bool   `json:"simulated"`
+}
+
+// Outcomes of a run.
+const (
+	OutcomeCompleted = "completed"
+	OutcomeFailed    = "failed"    // the script or its data failed
+	OutcomeCancelled = "cancelled" // the buyer cancelled
+	OutcomeAborted   = "aborted"   // the provider could not run it
+)
+
+// Finished ends a job stream.
+type Finished struct {
+	JobID     string `json:"job"`
+	Outcome   string `json:"outcome"`
+	ExitCode  int    `json:"exit_code"`
+	Reason    string `json:"reason,omitempty"` // why it failed, in one line
+	Model     string `json:"model,omitempty"`  // CID of the output
+	ModelName string `json:"model_name,omitempty"`
+	ModelSize int64  `json:"model_size,omitempty"`
+}
+
+// Cancel is sent by the buyer on the job stream: stop now, deliver nothing.
+type Cancel struct {
+	JobID string `json:"job"`
+}
+
+// Tier is one line of the rate card.
+type Tier struct {
+	Name             string `json:"name"`
+	Title            string `json:"title"`
+	MinVRAMMiB       uint64 `json:"min_vram_mib"`
+	Class            string `json:"class"`
+	RatePaisePerHour int64  `json:"rate"`
+}
+
+// RateCard is the coordinator's price list.
+type RateCard struct {
+	Tiers          []Tier `json:"tiers"`
+	FeeBasisPoints int64  `json:"fee_bps"`
+	IssuedAt       int64  `json:"at"`
+}
+
+// Tier returns the rate card's line for a tier name.
+func (rc RateCard) Tier(name string) (Tier, bool) {
+	for _, t := range rc.Tiers {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tier{}, false
+}
+
+// TierFor returns the highest tier a GPU with vramMiB of memory can serve.
+func (rc RateCard) TierFor(vramMiB uint64) (Tier, bool) {
+	var best Tier
+	found := false
+	for _, t := range rc.Tiers {
+		if vramMiB >= t.MinVRAMMiB && (!found || t.MinVRAMMiB > best.MinVRAMMiB) {
+			best, found = t, true
+		}
+	}
+	return best, found
+}
+
+// RateCardRequest asks the coordinator for its rate card.
+type RateCardRequest struct{}
+
+// HoldRequest asks the coordinator to hold rate × cap of the signer's
+// balance for a job. The coordinator prices it from its own rate card.
+type HoldRequest struct {
+	JobID      string `json:"job"`
+	Tier       string `json:"tier"`
+	CapSeconds int64  `json:"cap_s"`
+}
+
+// StartNotice tells the coordinator a run begins now. It carries the
+// buyer's signed Accept so the coordinator can check both parties agreed.
+type StartNotice struct {
+	JobID  string   `json:"job"`
+	Accept Envelope `json:"accept"`
+}
+
+// EndNotice is the provider's signed statement that a run ended.
+type EndNotice struct {
+	JobID   string `json:"job"`
+	Outcome string `json:"outcome"`
+	Model   string `json:"model,omitempty"`
+}
+
+// CancelNotice is the buyer's signed cancel of a job.
+type CancelNotice struct {
+	JobID string `json:"job"`
+}
+
+// AbortNotice is the buyer's report that its provider vanished before the
+// run ended; the coordinator voids the hold if no end notice came.
+type AbortNotice struct {
+	JobID  string `json:"job"`
+	Reason string `json:"reason"`
+}
+
+// SettlementRequest asks how a job's hold was resolved.
+type SettlementRequest struct {
+	JobID string `json:"job"`
+}
+
+// Hold states as the coordinator reports them.
+const (
+	HoldHeld     = "held"
+	HoldSettled  = "settled"
+	HoldReleased = "released"
+)
+
+// Settlement is the coordinator's account of one job's money.
+type Settlement struct {
+	JobID            string `json:"job"`
+	State            string `json:"state"`
+	RatePaisePerHour int64  `json:"rate"`
+	Held             int64  `json:"held"`
+	Seconds          int64  `json:"seconds"`
+	Charged          int64  `json:"charged"`
+	Fee              int64  `json:"fee"`
+	ProviderPaid     int64  `json:"provider_paid"`
+	Reason           string `json:"reason,omitempty"`
+}
+
+// BalanceRequest asks for the signer's own balance.
+type BalanceRequest struct{}
+
+// Balance is an account's money.
+type Balance struct {
+	Account   string `json:"account"`
+	Available int64  `json:"available"`
+	Held      int64  `json:"held"`
+	Earned    int64  `json:"earned"`
+}
+
+// Error is a refusal from the coordinator, with a sentence for the user.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes the coordinator sends.
+const (
+	CodeInsufficientFunds = "insufficient_funds"
+	CodeUnknownTier       = "unknown_tier"
+	CodeBadRequest        = "bad_request"
+	CodeForbidden         = "forbidden"
+	CodeNotFound          = "not_found"
+	CodeConflict          = "conflict"
+	CodeInternal          = "internal"
+)
+
+// Error lets a coordinator refusal travel as a Go error; its message is
+// already a sentence for the user.
+func (e *Error) Error() string { return e.Message }
+
+func (JobRequest) Kind() string        { return "job_request" }
+func (Offer) Kind() string             { return "offer" }
+func (Accept) Kind() string            { return "accept" }
+func (Confirm) Kind() string           { return "confirm" }
+func (Decline) Kind() string           { return "decline" }
+func (Started) Kind() string           { return "started" }
+func (Log) Kind() string               { return "log" }
+func (Telemetry) Kind() string         { return "telemetry" }
+func (Finished) Kind() string          { return "finished" }
+func (Cancel) Kind() string            { return "cancel" }
+func (RateCard) Kind() string          { return "rate_card" }
+func (RateCardRequest) Kind() string   { return "rate_card_request" }
+func (HoldRequest) Kind() string       { return "hold_request" }
+func (StartNotice) Kind() string       { return "start_notice" }
+func (EndNotice) Kind() string         { return "end_notice" }
+func (CancelNotice) Kind() string      { return "cancel_notice" }
+func (AbortNotice) Kind() string       { return "abort_notice" }
+func (SettlementRequest) Kind() string { return "settlement_request" }
+func (Settlement) Kind() string        { return "settlement" }
+func (BalanceRequest) Kind() string    { return "balance_request" }
+func (Balance) Kind() string           { return "balance" }
+func (Error) Kind() string             { return "error" }
+
+// newMessage returns an empty message of a kind, for decoding.
+func newMessage(kind string) (Message, bool) {
+	switch kind {
+	case "job_request":
+		return &JobRequest{}, true
+	case "offer":
+		return &Offer{}, true
+	case "accept":
+		return &Accept{}, true
+	case "confirm":
+		return &Confirm{}, true
+	case "decline":
+		return &Decline{}, true
+	case "started":
+		return &Started{}, true
+	case "log":
+		return &Log{}, true
+	case "telemetry":
+		return &Telemetry{}, true
+	case "finished":
+		return &Finished{}, true
+	case "cancel":
+		return &Cancel{}, true
+	case "rate_card":
+		return &RateCard{}, true
+	case "rate_card_request":
+		return &RateCardRequest{}, true
+	case "hold_request":
+		return &HoldRequest{}, true
+	case "start_notice":
+		return &StartNotice{}, true
+	case "end_notice":
+		return &EndNotice{}, true
+	case "cancel_notice":
+		return &CancelNotice{}, true
+	case "abort_notice":
+		return &AbortNotice{}, true
+	case "settlement_request":
+		return &SettlementRequest{}, true
+	case "settlement":
+		return &Settlement{}, true
+	case "balance_request":
+		return &BalanceRequest{}, true
+	case "balance":
+		return &Balance{}, true
+	case "error":
+		return &Error{}, true
+	}
+	return nil, false
+}
