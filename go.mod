@@ -3,6 +3,7 @@ module github.com/trisparc/gaas
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/ipfs/boxo v0.43.0
 	github.com/ipfs/go-cid v0.6.2
 	github.com/ipfs/go-ds-pebble v0.5.13
