@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -111,6 +112,7 @@ func Unmarshal(data []byte) (Message, peer.ID, error) {
 type Conn struct {
 	key crypto.PrivKey
 	r   *bufio.Reader
+	mu  sync.Mutex // Send may be called from several goroutines
 	w   io.Writer
 }
 
@@ -138,6 +140,8 @@ func (c *Conn) SendEnvelope(env Envelope) error {
 		return ErrTooLarge
 	}
 	frame := binary.AppendUvarint(make([]byte, 0, len(data)+binary.MaxVarintLen64), uint64(len(data)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_, err = c.w.Write(append(frame, data...))
 	return err
 }

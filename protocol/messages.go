@@ -99,11 +99,24 @@ const (
 	OutcomeAborted   = "aborted"   // the provider could not run it
 )
 
+// Causes of a failed or aborted run.
+const (
+	CauseScript   = "script"    // main() raised or exited non-zero
+	CauseNoMain   = "no_main"   // nothing to call
+	CauseNoModel  = "no_model"  // main() returned but wrote nothing to $GAAS_OUTPUT
+	CauseBadModel = "bad_model" // the output holds something that cannot be exported
+	CauseCap      = "cap"       // the budget cap was reached
+	CauseInputs   = "inputs"    // the provider could not fetch the inputs
+	CauseSandbox  = "sandbox"   // the provider's sandbox failed
+	CauseRefused  = "refused"   // the coordinator refused to start metering
+)
+
 // Finished ends a job stream.
 type Finished struct {
 	JobID     string `json:"job"`
 	Outcome   string `json:"outcome"`
 	ExitCode  int    `json:"exit_code"`
+	Cause     string `json:"cause,omitempty"`  // one of the Cause values, when it failed
 	Reason    string `json:"reason,omitempty"` // why it failed, in one line
 	Model     string `json:"model,omitempty"`  // CID of the output
 	ModelName string `json:"model_name,omitempty"`

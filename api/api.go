@@ -1,0 +1,252 @@
+// Package api is the node's HTTP API: the JSON types the app and the CLI
+// see, the Service interface a node implements, the HTTP handler that
+// serves it, and a Go client that speaks it. The CLI and the HTTP server
+// share Service, so both are exercised by the same tests.
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Service is everything the app and the CLI can ask of a node.
+type Service interface {
+	Health(ctx context.Context) (Health, error)
+	Tiers(ctx context.Context) (Tiers, error)
+	UploadDataset(ctx context.Context, name string, r io.Reader) (Dataset, error)
+	UploadScript(ctx context.Context, name string, r io.Reader) (Script, error)
+	CreateJob(ctx context.Context, spec JobSpec) (Job, error)
+	Jobs(ctx context.Context, offset, limit int) (JobList, error)
+	Job(ctx context.Context, id string) (Job, error)
+	CancelJob(ctx context.Context, id string) (Job, error)
+	// Events streams a job's events after seq `after`: first those
+	// already logged, then live ones. The channel closes after the job
+	// reaches a final state, or when ctx ends.
+	Events(ctx context.Context, id string, after uint64) (<-chan Event, error)
+	// Logs returns the job's logged events (state changes, notices and
+	// output lines) so far.
+	Logs(ctx context.Context, id string) ([]Event, error)
+	// Model opens a completed job's model: a file as itself, a folder as
+	// a .tar.gz.
+	Model(ctx context.Context, id string) (*ModelFile, error)
+	Balance(ctx context.Context) (Balance, error)
+}
+
+// Error is an API error: an HTTP status, a stable code for programs and a
+// sentence for people.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"error"`
+	// Details carries the checked input where a check failed (a dataset's
+	// line, a script's syntax error).
+	Details any `json:"details,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf makes an API error.
+func Errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error codes.
+const (
+	CodeBadRequest        = "bad_request"
+	CodeUnauthorized      = "unauthorized"
+	CodeNotFound          = "not_found"
+	CodeInvalidInput      = "invalid_input"
+	CodeUnknownTier       = "unknown_tier"
+	CodeInsufficientFunds = "insufficient_funds"
+	CodeConflict          = "conflict"
+	CodeUnavailable       = "unavailable"
+	CodeTooLarge          = "too_large"
+	CodeInternal          = "internal"
+)
+
+// NotFound is the error for an unknown job.
+func NotFound(id string) *Error {
+	return Errorf(http.StatusNotFound, CodeNotFound, "There is no job %q on this node.", id)
+}
+
+// Health is the node's liveness and what it is connected to.
+type Health struct {
+	OK                   bool   `json:"ok"`
+	Peer                 string `json:"peer"`
+	CoordinatorReachable bool   `json:"coordinator_reachable"`
+	Provider             bool   `json:"provider"`
+	Version              int    `json:"protocol_version"`
+}
+
+// Tier is one line of the rate card, ready to show.
+type Tier struct {
+	Name        string `json:"name"`
+	Title       string `json:"title"`
+	Class       string `json:"class"`
+	MinVRAMMiB  uint64 `json:"min_vram_mib"`
+	Rate        int64  `json:"rate_paise_per_hour"`
+	RateDisplay string `json:"rate_display"` // "₹50/hr"
+}
+
+// Tiers is the rate card.
+type Tiers struct {
+	Tiers          []Tier `json:"tiers"`
+	FeeBasisPoints int64  `json:"fee_bps"`
+}
+
+// Find returns a tier by name.
+func (t Tiers) Find(name string) (Tier, bool) {
+	for _, x := range t.Tiers {
+		if x.Name == name {
+			return x, true
+		}
+	}
+	return Tier{}, false
+}
+
+// Dataset is an uploaded, checked CSV.
+type Dataset struct {
+	CID       string   `json:"cid"`
+	Name      string   `json:"name"`
+	Size      int64    `json:"size"`
+	Rows      int64    `json:"rows"`
+	Columns   int      `json:"columns"`
+	Header    []string `json:"header"`
+	Delimiter string   `json:"delimiter"`
+}
+
+// Script is an uploaded, checked Python script.
+type Script struct {
+	CID       string `json:"cid"`
+	Name      string `json:"name"`
+	Size      int64  `json:"size"`
+	MainFound bool   `json:"main_found"`
+	MainAsync bool   `json:"main_async,omitempty"`
+	MainLine  int    `json:"main_line,omitempty"`
+}
+
+// JobSpec is what a new job needs.
+type JobSpec struct {
+	Tier       string   `json:"tier"`
+	Dataset    string   `json:"dataset"` // CID from UploadDataset
+	Script     string   `json:"script"`  // CID from UploadScript
+	Packages   []string `json:"packages,omitempty"`
+	CapSeconds int64    `json:"cap_seconds"` // budget cap; 0 means one hour
+}
+
+// Input is a job's dataset or script as the job records it.
+type Input struct {
+	CID     string   `json:"cid"`
+	Name    string   `json:"name"`
+	Size    int64    `json:"size"`
+	Rows    int64    `json:"rows,omitempty"`
+	Columns int      `json:"columns,omitempty"`
+	Header  []string `json:"header,omitempty"`
+}
+
+// Transition is one state change.
+type Transition struct {
+	State string    `json:"state"`
+	At    time.Time `json:"at"`
+}
+
+// Model is a job's output.
+type Model struct {
+	CID  string `json:"cid"`
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+	Dir  bool   `json:"dir"`
+}
+
+// Telemetry is a GPU reading during a run.
+type Telemetry struct {
+	At           time.Time `json:"at"`
+	ElapsedMs    int64     `json:"elapsed_ms"`
+	GPU          string    `json:"gpu"`
+	TempC        int       `json:"temp_c"`
+	VRAMUsedMiB  uint64    `json:"vram_used_mib"`
+	VRAMTotalMiB uint64    `json:"vram_total_mib"`
+	FanPercent   int       `json:"fan_pct"` // -1: no fan
+	UtilPercent  int       `json:"util_pct"`
+	Simulated    bool      `json:"simulated"`
+}
+
+// Job is a job as the app shows it.
+type Job struct {
+	ID           string       `json:"id"`
+	Tier         string       `json:"tier"`
+	State        string       `json:"state"`
+	Rate         int64        `json:"rate_paise_per_hour"`
+	RateDisplay  string       `json:"rate_display"`
+	CapSeconds   int64        `json:"cap_seconds"`
+	MaxCharge    int64        `json:"max_charge_paise"`
+	Dataset      Input        `json:"dataset"`
+	Script       Input        `json:"script"`
+	Packages     []string     `json:"packages,omitempty"`
+	CreatedAt    time.Time    `json:"created_at"`
+	History      []Transition `json:"history"`
+	Waiting      string       `json:"waiting,omitempty"`
+	Provider     string       `json:"provider,omitempty"`
+	GPU          string       `json:"gpu,omitempty"`
+	Simulated    bool         `json:"simulated,omitempty"`
+	ElapsedMs    int64        `json:"elapsed_ms"`
+	ExitCode     int          `json:"exit_code,omitempty"`
+	Explanation  string       `json:"explanation,omitempty"`
+	Traceback    string       `json:"traceback,omitempty"`
+	Model        *Model       `json:"model,omitempty"`
+	Settled      bool         `json:"settled"`
+	Charged      int64        `json:"charged_paise"`
+	ChargeNote   string       `json:"charge_note,omitempty"` // "Not charged", "Charged ₹0.06 for 5 s"
+	Seconds      int64        `json:"billed_seconds"`
+	SettleReason string       `json:"settle_reason,omitempty"`
+	Telemetry    *Telemetry   `json:"telemetry,omitempty"`
+}
+
+// JobList is a page of jobs, newest first.
+type JobList struct {
+	Jobs  []Job `json:"jobs"`
+	Total int   `json:"total"`
+}
+
+// Event kinds.
+const (
+	EventState     = "state"
+	EventLog       = "log"
+	EventNotice    = "notice" // a message from GaaS itself, such as "Waiting for a Pro GPU"
+	EventTelemetry = "telemetry"
+)
+
+// Event is one item of a job's live stream. State, log and notice events
+// have a Seq and can be resumed after; telemetry has none.
+type Event struct {
+	Seq       uint64     `json:"seq,omitempty"`
+	At        time.Time  `json:"at"`
+	Kind      string     `json:"kind"`
+	State     string     `json:"state,omitempty"`
+	Stream    string     `json:"stream,omitempty"`
+	Line      string     `json:"line,omitempty"`
+	Telemetry *Telemetry `json:"telemetry,omitempty"`
+}
+
+// ModelFile is an open model download.
+type ModelFile struct {
+	Name        string
+	CID         string
+	Size        int64 // -1 when not known in advance (an archive)
+	ContentType string
+	Body        io.ReadCloser
+}
+
+// Balance is the node's account at the coordinator.
+type Balance struct {
+	Account          string `json:"account"`
+	Available        int64  `json:"available_paise"`
+	Held             int64  `json:"held_paise"`
+	Earned           int64  `json:"earned_paise"`
+	AvailableDisplay string `json:"available_display"`
+	HeldDisplay      string `json:"held_display"`
+	EarnedDisplay    string `json:"earned_display"`
+}

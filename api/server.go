@@ -1,0 +1,240 @@
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// maxJSONBody bounds JSON request bodies; uploads have their own limits.
+const maxJSONBody = 64 << 10
+
+// Handler serves svc over HTTP under /api/, checking the bearer token on
+// every route but health.
+func Handler(svc Service, token string, log *slog.Logger) http.Handler {
+	s := &server{svc: svc, token: token, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/health", s.health)
+	mux.HandleFunc("GET /api/tiers", s.auth(s.tiers))
+	mux.HandleFunc("POST /api/datasets", s.auth(s.uploadDataset))
+	mux.HandleFunc("POST /api/scripts", s.auth(s.uploadScript))
+	mux.HandleFunc("POST /api/jobs", s.auth(s.createJob))
+	mux.HandleFunc("GET /api/jobs", s.auth(s.listJobs))
+	mux.HandleFunc("GET /api/jobs/{id}", s.auth(s.job))
+	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.auth(s.cancelJob))
+	mux.HandleFunc("GET /api/jobs/{id}/events", s.auth(s.events))
+	mux.HandleFunc("GET /api/jobs/{id}/logs", s.auth(s.logs))
+	mux.HandleFunc("GET /api/jobs/{id}/model", s.auth(s.model))
+	mux.HandleFunc("GET /api/balance", s.auth(s.balance))
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, Errorf(http.StatusNotFound, CodeNotFound, "There is no API route %s %s.", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+type server struct {
+	svc   Service
+	token string
+	log   *slog.Logger
+}
+
+func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+			writeError(w, Errorf(http.StatusUnauthorized, CodeUnauthorized, "Missing or wrong API token: pass it as 'Authorization: Bearer TOKEN' (the CLI reads GAAS_TOKEN)."))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "The node failed: " + err.Error()}
+	}
+	if e.Status == 0 {
+		e.Status = http.StatusBadRequest
+	}
+	writeJSON(w, e.Status, e)
+}
+
+func (s *server) respond(w http.ResponseWriter, status int, v any, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	h, err := s.svc.Health(r.Context())
+	s.respond(w, http.StatusOK, h, err)
+}
+
+func (s *server) tiers(w http.ResponseWriter, r *http.Request) {
+	t, err := s.svc.Tiers(r.Context())
+	s.respond(w, http.StatusOK, t, err)
+}
+
+func uploadName(r *http.Request, ext string) (string, error) {
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		return "", Errorf(http.StatusBadRequest, CodeBadRequest, "Give the file's name as ?name=FILE%s.", ext)
+	}
+	return name, nil
+}
+
+func (s *server) uploadDataset(w http.ResponseWriter, r *http.Request) {
+	name, err := uploadName(r, ".csv")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := s.svc.UploadDataset(r.Context(), name, r.Body)
+	s.respond(w, http.StatusCreated, d, err)
+}
+
+func (s *server) uploadScript(w http.ResponseWriter, r *http.Request) {
+	name, err := uploadName(r, ".py")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := s.svc.UploadScript(r.Context(), name, r.Body)
+	s.respond(w, http.StatusCreated, d, err)
+}
+
+func (s *server) createJob(w http.ResponseWriter, r *http.Request) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, Errorf(http.StatusUnsupportedMediaType, CodeBadRequest, "Send the job as JSON (Content-Type: application/json)."))
+		return
+	}
+	var spec JobSpec
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The job is not valid JSON: %v.", err))
+		return
+	}
+	j, err := s.svc.CreateJob(r.Context(), spec)
+	s.respond(w, http.StatusCreated, j, err)
+}
+
+func queryInt(r *http.Request, name string, def int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, Errorf(http.StatusBadRequest, CodeBadRequest, "%s must be a whole number, not %q.", name, v)
+	}
+	return n, nil
+}
+
+func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
+	offset, err := queryInt(r, "offset", 0)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	limit, err := queryInt(r, "limit", 50)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	l, err := s.svc.Jobs(r.Context(), offset, min(max(limit, 1), 500))
+	s.respond(w, http.StatusOK, l, err)
+}
+
+func (s *server) job(w http.ResponseWriter, r *http.Request) {
+	j, err := s.svc.Job(r.Context(), r.PathValue("id"))
+	s.respond(w, http.StatusOK, j, err)
+}
+
+func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	j, err := s.svc.CancelJob(r.Context(), r.PathValue("id"))
+	s.respond(w, http.StatusOK, j, err)
+}
+
+func (s *server) logs(w http.ResponseWriter, r *http.Request) {
+	evs, err := s.svc.Logs(r.Context(), r.PathValue("id"))
+	s.respond(w, http.StatusOK, evs, err)
+}
+
+// events streams server-sent events. A client that reconnects with
+// Last-Event-ID (or ?after=N) gets everything after that event.
+func (s *server) events(w http.ResponseWriter, r *http.Request) {
+	after := uint64(0)
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "Last-Event-ID must be an event number, not %q.", v))
+			return
+		}
+		after = n
+	}
+	ch, err := s.svc.Events(r.Context(), r.PathValue("id"), after)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	for ev := range ch {
+		data, _ := json.Marshal(ev)
+		if ev.Seq != 0 {
+			fmt.Fprintf(w, "id: %d\n", ev.Seq)
+		}
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev.Kind, data)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+func (s *server) model(w http.ResponseWriter, r *http.Request) {
+	m, err := s.svc.Model(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer m.Body.Close()
+	w.Header().Set("Content-Type", m.ContentType)
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": m.Name}))
+	w.Header().Set("X-Content-CID", m.CID)
+	if rs, ok := m.Body.(io.ReadSeeker); ok && m.Size >= 0 {
+		// Range requests and Content-Length come with ServeContent.
+		http.ServeContent(w, r, m.Name, zeroTime, rs)
+		return
+	}
+	io.Copy(w, m.Body)
+}
+
+func (s *server) balance(w http.ResponseWriter, r *http.Request) {
+	b, err := s.svc.Balance(r.Context())
+	s.respond(w, http.StatusOK, b, err)
+}

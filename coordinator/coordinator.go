@@ -1,0 +1,374 @@
+// Package coordinator is the marketplace's ledger peer: it publishes the
+// rate card, holds a buyer's funds when a job starts, meters the run with
+// its own clock between the provider's signed start and end notices, and
+// settles. It is also a DHT bootstrap peer. It never sees datasets or
+// scripts.
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/trisparc/gaas/ledger"
+	"github.com/trisparc/gaas/money"
+	"github.com/trisparc/gaas/p2p"
+	"github.com/trisparc/gaas/protocol"
+)
+
+// DefaultRateCard is the price list a new coordinator publishes.
+func DefaultRateCard() protocol.RateCard {
+	return protocol.RateCard{
+		Tiers: []protocol.Tier{
+			{Name: protocol.TierStarter, Title: "Starter", MinVRAMMiB: 8 << 10 - 512, Class: "RTX 3060/4060 class, 8 GB+", RatePaisePerHour: 3000},
+			{Name: protocol.TierPro, Title: "Pro", MinVRAMMiB: 12 << 10 - 512, Class: "RTX 4070 class, 12 GB+", RatePaisePerHour: 5000},
+			{Name: protocol.TierMax, Title: "Max", MinVRAMMiB: 20 << 10 - 512, Class: "RTX 4090 class, 20 GB+", RatePaisePerHour: 12000},
+		},
+		FeeBasisPoints: 1000,
+	}
+}
+
+// Config says how to start a coordinator.
+type Config struct {
+	DataDir  string
+	Listen   []string
+	RateCard protocol.RateCard // zero means DefaultRateCard
+	Logger   *slog.Logger
+}
+
+// Coordinator is a running ledger peer.
+type Coordinator struct {
+	Peer   *p2p.Peer
+	Ledger *ledger.Ledger
+	card   protocol.RateCard
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// Start opens the ledger and starts the peer.
+func Start(cfg Config) (*Coordinator, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the coordinator's data folder: %w", err)
+	}
+	key, err := p2p.LoadIdentity(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := ledger.Open(filepath.Join(cfg.DataDir, "ledger.db"))
+	if err != nil {
+		return nil, err
+	}
+	peer, err := p2p.Start(p2p.Config{Key: key, Listen: cfg.Listen})
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	card := cfg.RateCard
+	if len(card.Tiers) == 0 {
+		card = DefaultRateCard()
+	}
+	card.IssuedAt = time.Now().UnixMilli()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Coordinator{Peer: peer, Ledger: l, card: card, log: log.With("peer", "coordinator"), now: time.Now}
+	peer.Host.SetStreamHandler(protocol.LedgerProtocol, c.handle)
+	return c, nil
+}
+
+// Close stops the peer and closes the ledger.
+func (c *Coordinator) Close() error {
+	return errors.Join(c.Peer.Close(), c.Ledger.Close())
+}
+
+// RateCard is the coordinator's current rate card.
+func (c *Coordinator) RateCard() protocol.RateCard { return c.card }
+
+func (c *Coordinator) handle(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(30 * time.Second))
+	conn := protocol.NewConn(s, c.Peer.Key)
+	m, signer, _, err := conn.Receive()
+	if err != nil {
+		conn.Send(&protocol.Error{Code: protocol.CodeBadRequest, Message: "The coordinator could not read the request: " + err.Error()})
+		return
+	}
+	reply, err := c.answer(m, signer)
+	if err != nil {
+		var pe *protocol.Error
+		if !errors.As(err, &pe) {
+			c.log.Error("ledger request failed", "kind", m.Kind(), "from", signer, "err", err)
+			pe = &protocol.Error{Code: protocol.CodeInternal, Message: "The coordinator failed to process the request; try again."}
+		}
+		reply = pe
+	}
+	conn.Send(reply)
+}
+
+func refuse(code, format string, args ...any) error {
+	return &protocol.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (c *Coordinator) answer(m protocol.Message, signer peer.ID) (protocol.Message, error) {
+	switch m := m.(type) {
+	case *protocol.RateCardRequest:
+		card := c.card
+		return &card, nil
+	case *protocol.BalanceRequest:
+		id := signer.String()
+		return &protocol.Balance{
+			Account:   id,
+			Available: c.Ledger.Balance(ledger.Buyer(id)),
+			Held:      c.Ledger.HeldFor(id),
+			Earned:    c.Ledger.Balance(ledger.Provider(id)),
+		}, nil
+	case *protocol.HoldRequest:
+		return c.hold(m, signer)
+	case *protocol.StartNotice:
+		return c.start(m, signer)
+	case *protocol.EndNotice:
+		return c.end(m, signer)
+	case *protocol.CancelNotice:
+		return c.cancel(m, signer)
+	case *protocol.AbortNotice:
+		return c.abort(m, signer)
+	case *protocol.SettlementRequest:
+		h, err := c.holdOf(m.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if signer.String() != h.Buyer && signer.String() != h.Provider {
+			return nil, refuse(protocol.CodeForbidden, "Only the job's buyer or provider may see its settlement.")
+		}
+		return settlement(h), nil
+	}
+	return nil, refuse(protocol.CodeBadRequest, "The coordinator does not answer %s messages.", m.Kind())
+}
+
+func (c *Coordinator) hold(m *protocol.HoldRequest, buyer peer.ID) (protocol.Message, error) {
+	tier, ok := c.card.Tier(m.Tier)
+	if !ok {
+		return nil, refuse(protocol.CodeUnknownTier, "There is no %q tier on the rate card.", m.Tier)
+	}
+	if m.JobID == "" || m.CapSeconds <= 0 || m.CapSeconds > 7*24*3600 {
+		return nil, refuse(protocol.CodeBadRequest, "A hold needs a job ID and a budget cap between 1 second and 7 days.")
+	}
+	amount, err := money.Charge(tier.RatePaisePerHour, m.CapSeconds)
+	if err != nil {
+		return nil, err
+	}
+	if amount == 0 {
+		amount = 1 // a hold always holds something, so it can be resolved
+	}
+	h, err := c.Ledger.PlaceHold(ledger.Hold{Job: m.JobID, Buyer: buyer.String(), Tier: tier.Name, Rate: tier.RatePaisePerHour, CapSeconds: m.CapSeconds, Amount: amount})
+	switch {
+	case errors.Is(err, ledger.ErrInsufficientFunds):
+		have := c.Ledger.Balance(ledger.Buyer(buyer.String()))
+		return nil, refuse(protocol.CodeInsufficientFunds, "Not enough balance: this job can cost up to %s (%s for %s) but your available balance is %s. Add funds or lower the budget cap.",
+			money.Format(amount), money.FormatRate(tier.RatePaisePerHour), (time.Duration(m.CapSeconds) * time.Second).String(), money.Format(have))
+	case errors.Is(err, ledger.ErrConflict):
+		return nil, refuse(protocol.CodeConflict, "Job %s already has a different hold.", m.JobID)
+	case err != nil:
+		return nil, err
+	}
+	c.log.Info("hold placed", "job", h.Job, "amount", h.Amount)
+	return settlement(h), nil
+}
+
+func (c *Coordinator) start(m *protocol.StartNotice, provider peer.ID) (protocol.Message, error) {
+	inner, buyer, err := protocol.Open(m.Accept)
+	if err != nil {
+		return nil, refuse(protocol.CodeBadRequest, "The start notice carries no valid buyer signature: %v", err)
+	}
+	accept, ok := inner.(*protocol.Accept)
+	if !ok {
+		return nil, refuse(protocol.CodeBadRequest, "The start notice must carry the buyer's accept.")
+	}
+	ct := accept.Contract
+	h, err := c.holdOf(m.JobID)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case ct.JobID != m.JobID || ct.Buyer != buyer.String() || ct.Provider != provider.String():
+		return nil, refuse(protocol.CodeForbidden, "The contract was not signed by this job's buyer for this provider.")
+	case h.Buyer != ct.Buyer || h.Rate != ct.RatePaisePerHour || h.CapSeconds != ct.CapSeconds || h.Tier != ct.Tier:
+		return nil, refuse(protocol.CodeConflict, "The contract does not match the funds held for job %s.", m.JobID)
+	}
+	h, err = c.Ledger.MarkStarted(m.JobID, provider.String(), c.now())
+	if errors.Is(err, ledger.ErrConflict) {
+		return nil, refuse(protocol.CodeConflict, "Job %s has already started elsewhere or ended.", m.JobID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("run started", "job", h.Job, "provider", provider)
+	return settlement(h), nil
+}
+
+// meteredSeconds is the coordinator's own measure of a run: whole seconds
+// since the start notice, at least one once a run has started.
+func (c *Coordinator) meteredSeconds(h ledger.Hold) int64 {
+	ms := c.now().UnixMilli() - h.StartedAt
+	return max(1, ms/1000)
+}
+
+func (c *Coordinator) end(m *protocol.EndNotice, provider peer.ID) (protocol.Message, error) {
+	h, err := c.holdOf(m.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if h.Provider != provider.String() {
+		return nil, refuse(protocol.CodeForbidden, "Only the provider running job %s may end it.", m.JobID)
+	}
+	if h.State != ledger.Held {
+		return settlement(h), nil // already settled by a cancel or an earlier notice
+	}
+	switch m.Outcome {
+	case protocol.OutcomeCompleted:
+		h, err = c.Ledger.Settle(m.JobID, c.meteredSeconds(h), c.card.FeeBasisPoints, "completed")
+	case protocol.OutcomeCancelled:
+		h, err = c.Ledger.Settle(m.JobID, c.meteredSeconds(h), c.card.FeeBasisPoints, "cancelled by the buyer")
+	case protocol.OutcomeFailed:
+		h, err = c.Ledger.Release(m.JobID, "the script failed: not charged")
+	default:
+		h, err = c.Ledger.Release(m.JobID, "the provider could not run the job: not charged")
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("run ended", "job", h.Job, "outcome", m.Outcome, "seconds", h.Seconds, "charged", h.Charged)
+	return settlement(h), nil
+}
+
+func (c *Coordinator) cancel(m *protocol.CancelNotice, buyer peer.ID) (protocol.Message, error) {
+	h, err := c.holdOf(m.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if h.Buyer != buyer.String() {
+		return nil, refuse(protocol.CodeForbidden, "Only the job's buyer may cancel it.")
+	}
+	if h.State != ledger.Held {
+		return settlement(h), nil
+	}
+	if h.StartedAt == 0 {
+		h, err = c.Ledger.Release(m.JobID, "cancelled before it started")
+	} else {
+		h, err = c.Ledger.Settle(m.JobID, c.meteredSeconds(h), c.card.FeeBasisPoints, "cancelled by the buyer")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return settlement(h), nil
+}
+
+func (c *Coordinator) abort(m *protocol.AbortNotice, buyer peer.ID) (protocol.Message, error) {
+	h, err := c.holdOf(m.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if h.Buyer != buyer.String() {
+		return nil, refuse(protocol.CodeForbidden, "Only the job's buyer may report its provider lost.")
+	}
+	if h.State == ledger.Held {
+		if h, err = c.Ledger.Release(m.JobID, "the provider was lost: not charged"); err != nil {
+			return nil, err
+		}
+	}
+	return settlement(h), nil
+}
+
+func (c *Coordinator) holdOf(job string) (ledger.Hold, error) {
+	h, err := c.Ledger.Hold(job)
+	if errors.Is(err, ledger.ErrNoHold) {
+		return h, refuse(protocol.CodeNotFound, "The coordinator holds no funds for job %s.", job)
+	}
+	return h, err
+}
+
+func settlement(h ledger.Hold) *protocol.Settlement {
+	return &protocol.Settlement{
+		JobID: h.Job, State: h.State, RatePaisePerHour: h.Rate, Held: h.Amount,
+		Seconds: h.Seconds, Charged: h.Charged, Fee: h.Fee, ProviderPaid: h.Charged - h.Fee, Reason: h.Reason,
+	}
+}
+
+// Client asks a coordinator over its ledger protocol.
+type Client struct {
+	Peer        *p2p.Peer
+	Coordinator peer.ID
+}
+
+// ErrUnreachable means the coordinator could not be asked at all.
+var ErrUnreachable = errors.New("the coordinator could not be reached")
+
+// Call sends one request and returns the coordinator's signed answer. A
+// refusal comes back as a *protocol.Error.
+func (cl *Client) Call(ctx context.Context, req protocol.Message) (protocol.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s, err := cl.Peer.Host.NewStream(ctx, cl.Coordinator, protocol.LedgerProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+	defer s.Close()
+	if d, ok := ctx.Deadline(); ok {
+		s.SetDeadline(d)
+	}
+	conn := protocol.NewConn(s, cl.Peer.Key)
+	if err := conn.Send(req); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+	reply, signer, _, err := conn.Receive()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+	}
+	if signer != cl.Coordinator {
+		return nil, fmt.Errorf("answer to %s signed by %s, not the coordinator", req.Kind(), signer)
+	}
+	if e, ok := reply.(*protocol.Error); ok {
+		return nil, e
+	}
+	return reply, nil
+}
+
+// Settlement asks for a job's settlement.
+func (cl *Client) Settlement(ctx context.Context, job string) (*protocol.Settlement, error) {
+	return call[*protocol.Settlement](ctx, cl, &protocol.SettlementRequest{JobID: job})
+}
+
+// Send sends a notice or request whose answer is a settlement.
+func (cl *Client) Send(ctx context.Context, m protocol.Message) (*protocol.Settlement, error) {
+	return call[*protocol.Settlement](ctx, cl, m)
+}
+
+// RateCard fetches the rate card.
+func (cl *Client) RateCard(ctx context.Context) (*protocol.RateCard, error) {
+	return call[*protocol.RateCard](ctx, cl, &protocol.RateCardRequest{})
+}
+
+// Balance fetches the caller's own balance.
+func (cl *Client) Balance(ctx context.Context) (*protocol.Balance, error) {
+	return call[*protocol.Balance](ctx, cl, &protocol.BalanceRequest{})
+}
+
+func call[T protocol.Message](ctx context.Context, cl *Client, req protocol.Message) (T, error) {
+	var zero T
+	reply, err := cl.Call(ctx, req)
+	if err != nil {
+		return zero, err
+	}
+	t, ok := reply.(T)
+	if !ok {
+		return zero, fmt.Errorf("the coordinator answered %s with %s", req.Kind(), reply.Kind())
+	}
+	return t, nil
+}

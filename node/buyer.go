@@ -1,0 +1,734 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ipfs/boxo/files"
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/trisparc/gaas/api"
+	"github.com/trisparc/gaas/explain"
+	"github.com/trisparc/gaas/inputs"
+	"github.com/trisparc/gaas/money"
+	"github.com/trisparc/gaas/protocol"
+	"github.com/trisparc/gaas/store"
+)
+
+// streamNotice marks log events that GaaS itself wrote, not the script.
+const streamNotice = "gaas"
+
+// Matching timings.
+const (
+	offerWait     = 3 * time.Second        // for the first offer
+	offerLinger   = 150 * time.Millisecond // for more offers after the first
+	confirmWait   = 10 * time.Second
+	retryInterval = 2 * time.Second
+	maxCap        = 7 * 24 * 3600
+)
+
+// buyerRun is one job this node is matching or following.
+type buyerRun struct {
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	conn      *protocol.Conn // the job stream, once a provider confirmed
+	cancelled bool
+	telemetry *store.Telemetry
+}
+
+type offerFrom struct {
+	offer protocol.Offer
+	from  peer.ID
+}
+
+// CreateJob checks a job, holds its maximum cost at the coordinator,
+// stores it and starts matching. A refused hold stores nothing.
+func (n *Node) CreateJob(ctx context.Context, spec api.JobSpec) (api.Job, error) {
+	card, err := n.rateCard(ctx)
+	if err != nil {
+		return api.Job{}, coordinatorError(err)
+	}
+	tier, ok := card.Tier(spec.Tier)
+	if !ok {
+		var names []string
+		for _, t := range card.Tiers {
+			names = append(names, t.Name)
+		}
+		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeUnknownTier, "There is no %q tier: choose one of %s.", spec.Tier, strings.Join(names, ", "))
+	}
+	capSeconds := spec.CapSeconds
+	if capSeconds == 0 {
+		capSeconds = 3600
+	}
+	if capSeconds < 1 || capSeconds > maxCap {
+		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "The budget cap must be between 1 second and 7 days.")
+	}
+	ds, err := n.store.Upload("dataset", spec.Dataset)
+	if err != nil {
+		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "Dataset %q was not uploaded to this node: upload it first (POST /api/datasets).", spec.Dataset)
+	}
+	sc, err := n.store.Upload("script", spec.Script)
+	if err != nil {
+		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "Script %q was not uploaded to this node: upload it first (POST /api/scripts).", spec.Script)
+	}
+	pkgs, err := inputs.CheckPackages(spec.Packages)
+	if err != nil {
+		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "Package %v.", err)
+	}
+	id := newJobID()
+	hold, err := n.coord.Send(ctx, &protocol.HoldRequest{JobID: id, Tier: tier.Name, CapSeconds: capSeconds})
+	if err != nil {
+		return api.Job{}, coordinatorError(err)
+	}
+	now := time.Now()
+	job := store.Job{
+		ID: id, Tier: tier.Name, Rate: hold.RatePaisePerHour, CapSeconds: capSeconds, MaxCharge: hold.Held,
+		Dataset: ds.Input, Script: sc.Input, Packages: pkgs, CreatedAt: now,
+	}
+	job.SetState(store.Queued, now)
+	if err := n.store.CreateJob(job); err != nil {
+		n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: id, Reason: "the buyer's node could not store the job"})
+		return api.Job{}, err
+	}
+	n.log.Info("job queued", "job", id, "tier", tier.Name, "held", hold.Held)
+	n.startRun(job)
+	return n.view(job), nil
+}
+
+func (n *Node) startRun(job store.Job) {
+	ctx, cancel := context.WithCancel(n.ctx)
+	run := &buyerRun{cancel: cancel}
+	n.mu.Lock()
+	n.runs[job.ID] = run
+	n.mu.Unlock()
+	n.goBackground(func() {
+		defer func() {
+			cancel()
+			n.mu.Lock()
+			delete(n.runs, job.ID)
+			n.mu.Unlock()
+		}()
+		n.runJob(ctx, run, job)
+	})
+}
+
+// session is an accepted job stream.
+type session struct {
+	stream   network.Stream
+	conn     *protocol.Conn
+	provider peer.ID
+	offer    protocol.Offer
+}
+
+func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
+	sess, err := n.match(ctx, job)
+	if err != nil {
+		if n.ctx.Err() != nil {
+			return // the node is closing; the job is recovered on restart
+		}
+		set, _ := n.coord.Send(context.Background(), &protocol.CancelNotice{JobID: job.ID})
+		n.finish(job.ID, store.Cancelled, set, nil)
+		return
+	}
+	n.follow(ctx, run, job, sess)
+}
+
+// match finds a provider of the job's tier and gets its confirmation,
+// retrying until one confirms or ctx ends.
+func (n *Node) match(ctx context.Context, job store.Job) (*session, error) {
+	topic, err := n.topic(protocol.JobTopic(job.Tier))
+	if err != nil {
+		return nil, err
+	}
+	offers := make(chan offerFrom, 64)
+	n.mu.Lock()
+	n.offers[job.ID] = offers
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.offers, job.ID)
+		n.mu.Unlock()
+	}()
+	waiting := false
+	for {
+		providers := n.findProviders(ctx, job.Tier)
+		n.awaitTopicPeers(ctx, topic.String(), providers)
+		env, err := protocol.Seal(n.peer.Key, &protocol.JobRequest{
+			JobID: job.ID, Tier: job.Tier, CapSeconds: job.CapSeconds,
+			Buyer: n.ID().String(), BuyerAddrs: n.Addrs(), IssuedAt: time.Now().UnixMilli(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		data, _ := protocol.Marshal(env)
+		if err := topic.Publish(ctx, data); err != nil && ctx.Err() == nil {
+			n.log.Warn("publishing job request", "job", job.ID, "err", err)
+		}
+		for _, o := range collectOffers(ctx, offers, job.ID) {
+			sess, err := n.accept(ctx, job, o)
+			if err == nil {
+				return sess, nil
+			}
+			n.log.Info("offer not taken", "job", job.ID, "provider", o.from.ShortString(), "err", err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !waiting {
+			waiting = true
+			msg := fmt.Sprintf("Waiting for a %s GPU", tierTitle(job.Tier))
+			n.notice(job.ID, msg)
+			n.store.UpdateJob(job.ID, func(j *store.Job) error { j.Waiting = msg; return nil })
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(retryInterval):
+		}
+	}
+}
+
+func tierTitle(name string) string {
+	if name == "" {
+		return name
+	}
+	return strings.ToUpper(name[:1]) + name[1:]
+}
+
+// findProviders looks the tier up in the DHT and connects to what it finds.
+func (n *Node) findProviders(ctx context.Context, tier string) []peer.ID {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var found []peer.ID
+	var wg sync.WaitGroup
+	for ai := range n.peer.DHT.FindProvidersAsync(ctx, protocol.TierKey(tier), 20) {
+		if ai.ID == n.ID() {
+			continue
+		}
+		found = append(found, ai.ID)
+		wg.Add(1)
+		go func(ai peer.AddrInfo) {
+			defer wg.Done()
+			n.peer.Host.Connect(ctx, ai)
+		}(ai)
+	}
+	wg.Wait()
+	return found
+}
+
+// awaitTopicPeers waits (briefly) until gossipsub knows that at least one
+// of the providers found is subscribed to the topic, so the request is not
+// published into a mesh that has not formed yet.
+func (n *Node) awaitTopicPeers(ctx context.Context, topic string, providers []peer.ID) {
+	if len(providers) == 0 {
+		return
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, p := range n.peer.PubSub.ListPeers(topic) {
+			for _, want := range providers {
+				if p == want {
+					return
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// collectOffers returns the offers for a job in arrival order: the first
+// to answer is the closest and least loaded, so it is tried first.
+func collectOffers(ctx context.Context, offers <-chan offerFrom, job string) []offerFrom {
+	var out []offerFrom
+	timer := time.NewTimer(offerWait)
+	defer timer.Stop()
+	for {
+		select {
+		case o := <-offers:
+			if o.offer.JobID != job {
+				continue
+			}
+			if len(out) == 0 {
+				timer.Reset(offerLinger)
+			}
+			out = append(out, o)
+		case <-timer.C:
+			return out
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// handleOffer receives a provider's offer for one of our jobs.
+func (n *Node) handleOffer(s network.Stream) {
+	defer s.Close()
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	m, signer, _, err := protocol.NewConn(s, n.peer.Key).Receive()
+	if err != nil {
+		return
+	}
+	o, ok := m.(*protocol.Offer)
+	if !ok || signer != s.Conn().RemotePeer() || o.Provider != signer.String() {
+		return
+	}
+	n.mu.Lock()
+	ch := n.offers[o.JobID]
+	n.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- offerFrom{offer: *o, from: signer}:
+		default:
+		}
+	}
+}
+
+var errDeclined = errors.New("declined")
+
+// accept sends the signed contract to a provider and waits for its
+// countersignature.
+func (n *Node) accept(ctx context.Context, job store.Job, o offerFrom) (*session, error) {
+	contract := protocol.Contract{
+		JobID: job.ID, Tier: job.Tier, RatePaisePerHour: job.Rate, CapSeconds: job.CapSeconds,
+		Buyer: n.ID().String(), Provider: o.from.String(),
+		Dataset: job.Dataset.CID, DatasetName: job.Dataset.Name, Script: job.Script.CID, ScriptName: job.Script.Name,
+		Packages: job.Packages,
+	}
+	s, err := n.peer.Host.NewStream(ctx, o.from, protocol.JobProtocol)
+	if err != nil {
+		return nil, err
+	}
+	conn := protocol.NewConn(s, n.peer.Key)
+	if err := conn.Send(&protocol.Accept{Contract: contract}); err != nil {
+		s.Reset()
+		return nil, err
+	}
+	s.SetReadDeadline(time.Now().Add(confirmWait))
+	m, signer, _, err := conn.Receive()
+	s.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.Reset()
+		return nil, err
+	}
+	switch m := m.(type) {
+	case *protocol.Confirm:
+		if signer != o.from || !reflect.DeepEqual(m.Contract, contract) {
+			s.Reset()
+			return nil, fmt.Errorf("the provider confirmed a different contract")
+		}
+		return &session{stream: s, conn: conn, provider: o.from, offer: o.offer}, nil
+	case *protocol.Decline:
+		s.Close()
+		return nil, fmt.Errorf("%w: %s", errDeclined, m.Reason)
+	}
+	s.Reset()
+	return nil, fmt.Errorf("unexpected %s", m.Kind())
+}
+
+// follow records a confirmed job's run until it ends.
+func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *session) {
+	n.peer.Host.ConnManager().Protect(sess.provider, "gaas-job-"+job.ID)
+	defer n.peer.Host.ConnManager().Unprotect(sess.provider, "gaas-job-"+job.ID)
+	gpuLabel := sess.offer.GPU
+	if sess.offer.Simulated && !strings.Contains(gpuLabel, "simulated") {
+		gpuLabel += " (simulated)"
+	}
+	n.store.UpdateJob(job.ID, func(j *store.Job) error {
+		j.Provider, j.GPU, j.Simulated, j.Waiting = sess.provider.String(), gpuLabel, sess.offer.Simulated, ""
+		j.Attempts++
+		return nil
+	})
+	n.notice(job.ID, fmt.Sprintf("Matched with provider %s (%s)", sess.provider.ShortString(), gpuLabel))
+	run.mu.Lock()
+	run.conn = sess.conn
+	run.mu.Unlock()
+
+	type received struct {
+		m      protocol.Message
+		signer peer.ID
+		err    error
+	}
+	msgs := make(chan received, 64)
+	go func() {
+		for {
+			m, signer, _, err := sess.conn.Receive()
+			select {
+			case msgs <- received{m, signer, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer sess.stream.Reset() // unblocks the reader
+
+	logs := newLogBatch(n, job.ID)
+	var stderr []string
+	flush := time.NewTicker(100 * time.Millisecond)
+	defer flush.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-flush.C:
+			logs.flush()
+			continue
+		case r := <-msgs:
+			if r.err != nil {
+				logs.flush()
+				n.providerLost(job, run, r.err)
+				return
+			}
+			if r.signer != sess.provider {
+				continue
+			}
+			switch m := r.m.(type) {
+			case *protocol.Started:
+				logs.flush()
+				n.setState(job.ID, store.Running)
+			case *protocol.Log:
+				logs.add(m.Stream, m.Line, time.UnixMilli(m.At))
+				if m.Stream == "stderr" {
+					stderr = append(stderr, m.Line)
+					if len(stderr) > 2000 {
+						stderr = stderr[len(stderr)-1000:]
+					}
+				}
+			case *protocol.Telemetry:
+				t := &store.Telemetry{
+					At: time.Now(), ElapsedMs: m.ElapsedMs, GPU: m.GPU, TempC: m.TempC, VRAMUsedMiB: m.VRAMUsedMiB,
+					VRAMTotalMiB: m.VRAMTotalMiB, FanPercent: m.FanPercent, UtilPercent: m.UtilPercent, Simulated: m.Simulated,
+				}
+				run.mu.Lock()
+				run.telemetry = t
+				run.mu.Unlock()
+				n.publish(job.ID, api.Event{At: t.At, Kind: api.EventTelemetry, Telemetry: telemetryView(t)})
+			case *protocol.Finished:
+				logs.flush()
+				run.mu.Lock()
+				last := run.telemetry
+				run.mu.Unlock()
+				n.finished(ctx, job, m, stderr, last)
+				return
+			}
+		}
+	}
+}
+
+// providerLost ends a job whose provider vanished mid-run: the hold is
+// voided, so nobody pays.
+func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) {
+	run.mu.Lock()
+	cancelled := run.cancelled
+	run.mu.Unlock()
+	set, err := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: "provider lost"})
+	if err != nil {
+		n.log.Warn("reporting a lost provider", "job", job.ID, "err", err)
+	}
+	if cancelled {
+		n.finish(job.ID, store.Cancelled, set, nil)
+		return
+	}
+	n.log.Warn("provider lost", "job", job.ID, "err", cause)
+	n.finish(job.ID, store.Failed, set, func(j *store.Job) {
+		j.Explanation = "The provider running your job disconnected before it finished. Nothing was charged; retry the job to run it on another GPU."
+	})
+}
+
+// finished records how the provider says the run ended.
+func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished, stderr []string, last *store.Telemetry) {
+	switch m.Outcome {
+	case protocol.OutcomeCompleted:
+		model, err := n.fetchModel(ctx, m)
+		set := n.awaitSettlement(job.ID)
+		if err != nil {
+			n.finish(job.ID, store.Failed, set, func(j *store.Job) {
+				j.Telemetry = last
+				j.Explanation = "The job finished, but its model could not be fetched from the provider: " + err.Error()
+			})
+			return
+		}
+		n.finish(job.ID, store.Completed, set, func(j *store.Job) { j.Model, j.Telemetry = model, last })
+	case protocol.OutcomeCancelled:
+		n.finish(job.ID, store.Cancelled, n.awaitSettlement(job.ID), func(j *store.Job) { j.Telemetry = last })
+	case protocol.OutcomeFailed:
+		n.finish(job.ID, store.Failed, n.awaitSettlement(job.ID), func(j *store.Job) {
+			j.Telemetry, j.ExitCode = last, m.ExitCode
+			j.Explanation = explain.Sentence(explain.Failure{Cause: m.Cause, Reason: m.Reason, Stderr: stderr, Header: job.Dataset.Header, CapSeconds: job.CapSeconds})
+			j.Traceback = explain.Traceback(stderr)
+		})
+	default:
+		// The provider could not run it: void the hold, nobody pays.
+		set, err := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: m.Reason})
+		if err != nil {
+			set = n.awaitSettlement(job.ID)
+		}
+		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
+			j.Telemetry = last
+			j.Explanation = fmt.Sprintf("The provider could not run the job (%s). Nothing was charged; retry the job to run it on another GPU.", m.Reason)
+		})
+	}
+}
+
+func (n *Node) fetchModel(ctx context.Context, m *protocol.Finished) (*store.Model, error) {
+	c, err := cid.Decode(m.Model)
+	if err != nil {
+		return nil, fmt.Errorf("the provider sent an invalid model CID %q", m.Model)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	if err := n.blocks.Fetch(ctx, c); err != nil {
+		return nil, err
+	}
+	nd, err := n.blocks.Node(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	defer nd.Close()
+	size, _ := nd.Size()
+	_, isDir := nd.(files.Directory)
+	model := &store.Model{CID: c.String(), Name: m.ModelName, Size: size, Dir: isDir}
+	if model.Name == "" {
+		model.Name = "model"
+	}
+	return model, nil
+}
+
+// awaitSettlement asks the coordinator how the job's hold was resolved,
+// waiting briefly for the provider's end notice to land.
+func (n *Node) awaitSettlement(job string) *protocol.Settlement {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		set, err := n.coord.Settlement(n.ctx, job)
+		if err == nil && set.State != protocol.HoldHeld {
+			return set
+		}
+		if time.Now().After(deadline) || n.ctx.Err() != nil {
+			if err != nil {
+				n.log.Warn("settlement unknown", "job", job, "err", err)
+			}
+			return set
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// finish moves a job to a final state with its settlement.
+func (n *Node) finish(id, state string, set *protocol.Settlement, change func(*store.Job)) {
+	_, ev, err := n.store.UpdateJob(id, func(j *store.Job) error {
+		if change != nil {
+			change(j)
+		}
+		if set != nil && set.State != protocol.HoldHeld {
+			j.Settled, j.Charged, j.Seconds, j.SettleReason = true, set.Charged, set.Seconds, set.Reason
+		}
+		j.Waiting = ""
+		j.SetState(state, time.Now())
+		return nil
+	})
+	if err != nil {
+		n.log.Error("recording the end of a job", "job", id, "err", err)
+		return
+	}
+	n.log.Info("job ended", "job", id, "state", state)
+	if ev != nil {
+		n.publish(id, eventView(*ev))
+	}
+}
+
+func (n *Node) setState(id, state string) {
+	_, ev, err := n.store.UpdateJob(id, func(j *store.Job) error {
+		j.SetState(state, time.Now())
+		return nil
+	})
+	if err == nil && ev != nil {
+		n.publish(id, eventView(*ev))
+	}
+}
+
+// notice logs a line from GaaS itself in the job's event log.
+func (n *Node) notice(id, line string) {
+	if ev, err := n.store.AppendLog(id, store.Event{Stream: streamNotice, Line: line}); err == nil {
+		n.publish(id, eventView(ev))
+	}
+}
+
+// CancelJob stops a job. A queued job is released in full; a running one
+// is charged for the seconds it ran, and its provider stops at once.
+func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
+	job, err := n.job(id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	if store.Terminal(job.State) {
+		return api.Job{}, api.Errorf(http.StatusConflict, api.CodeConflict, "Job %s has already ended (%s); there is nothing to cancel.", id, job.State)
+	}
+	n.mu.Lock()
+	run := n.runs[id]
+	n.mu.Unlock()
+	if run == nil {
+		return api.Job{}, api.Errorf(http.StatusConflict, api.CodeConflict, "Job %s is not being followed by this node.", id)
+	}
+	run.mu.Lock()
+	run.cancelled = true
+	conn := run.conn
+	run.mu.Unlock()
+	// The coordinator stops the meter first, so the bill ends at the
+	// buyer's cancel, not when the provider gets round to it.
+	if _, err := n.coord.Send(ctx, &protocol.CancelNotice{JobID: id}); err != nil {
+		return api.Job{}, coordinatorError(err)
+	}
+	if conn == nil {
+		run.cancel()
+	} else if err := conn.Send(&protocol.Cancel{JobID: id}); err != nil {
+		run.cancel()
+	} else {
+		// A provider that does not answer within seconds is cut off.
+		time.AfterFunc(10*time.Second, run.cancel)
+	}
+	j, _ := n.job(id)
+	return n.view(j), nil
+}
+
+// Job returns one job.
+func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
+	j, err := n.job(id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	return n.view(j), nil
+}
+
+// Jobs lists jobs, newest first.
+func (n *Node) Jobs(ctx context.Context, offset, limit int) (api.JobList, error) {
+	jobs, total, err := n.store.Jobs(offset, limit)
+	if err != nil {
+		return api.JobList{}, err
+	}
+	out := api.JobList{Total: total, Jobs: make([]api.Job, 0, len(jobs))}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, n.view(j))
+	}
+	return out, nil
+}
+
+func telemetryView(t *store.Telemetry) *api.Telemetry {
+	if t == nil {
+		return nil
+	}
+	v := api.Telemetry(*t)
+	return &v
+}
+
+// view is a job as the API shows it, with live telemetry merged in.
+func (n *Node) view(j store.Job) api.Job {
+	v := api.Job{
+		ID: j.ID, Tier: j.Tier, State: j.State, Rate: j.Rate, RateDisplay: money.FormatRate(j.Rate),
+		CapSeconds: j.CapSeconds, MaxCharge: j.MaxCharge, Packages: j.Packages, CreatedAt: j.CreatedAt,
+		Dataset: api.Input(j.Dataset), Script: api.Input(j.Script), Waiting: j.Waiting,
+		Provider: j.Provider, GPU: j.GPU, Simulated: j.Simulated, ExitCode: j.ExitCode,
+		Explanation: j.Explanation, Traceback: j.Traceback, Settled: j.Settled, Charged: j.Charged,
+		Seconds: j.Seconds, SettleReason: j.SettleReason, Telemetry: telemetryView(j.Telemetry),
+	}
+	for _, t := range j.History {
+		v.History = append(v.History, api.Transition(t))
+	}
+	if j.Model != nil {
+		m := api.Model(*j.Model)
+		v.Model = &m
+	}
+	if started := j.StateAt(store.Running); !started.IsZero() {
+		end := time.Now()
+		if store.Terminal(j.State) {
+			end = j.History[len(j.History)-1].At
+		}
+		v.ElapsedMs = end.Sub(started).Milliseconds()
+	}
+	n.mu.Lock()
+	if run := n.runs[j.ID]; run != nil {
+		run.mu.Lock()
+		if run.telemetry != nil {
+			v.Telemetry = telemetryView(run.telemetry)
+		}
+		run.mu.Unlock()
+	}
+	n.mu.Unlock()
+	switch {
+	case j.Settled && j.Charged == 0:
+		v.ChargeNote = "Not charged"
+	case j.Settled:
+		v.ChargeNote = fmt.Sprintf("Charged %s for %s", money.Format(j.Charged), time.Duration(j.Seconds)*time.Second)
+	case store.Terminal(j.State):
+		v.ChargeNote = "Settlement pending at the coordinator"
+	}
+	return v
+}
+
+// recoverJobs ends jobs a previous run of this node left unfinished: the
+// node no longer follows them, so their holds are voided.
+func (n *Node) recoverJobs() {
+	jobs, _, err := n.store.Jobs(0, 1<<30)
+	if err != nil {
+		n.log.Error("listing jobs to recover", "err", err)
+		return
+	}
+	for _, j := range jobs {
+		if store.Terminal(j.State) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+		set, err := n.coord.Send(ctx, &protocol.AbortNotice{JobID: j.ID, Reason: "the buyer's node restarted"})
+		cancel()
+		if err != nil {
+			n.log.Warn("voiding an abandoned job", "job", j.ID, "err", err)
+		}
+		n.finish(j.ID, store.Failed, set, func(j *store.Job) {
+			j.Explanation = "This node stopped while the job was in progress, so the job was abandoned. Retry it to run it again."
+		})
+	}
+}
+
+// logBatch gathers output lines and stores them in one transaction, so a
+// chatty script costs one disk sync per batch rather than per line.
+type logBatch struct {
+	n       *Node
+	job     string
+	pending []store.Event
+}
+
+func newLogBatch(n *Node, job string) *logBatch { return &logBatch{n: n, job: job} }
+
+func (b *logBatch) add(stream, line string, at time.Time) {
+	if stream != "stdout" && stream != "stderr" {
+		stream = "stdout"
+	}
+	b.pending = append(b.pending, store.Event{Stream: stream, Line: line, At: at})
+	if len(b.pending) >= 500 {
+		b.flush()
+	}
+}
+
+func (b *logBatch) flush() {
+	if len(b.pending) == 0 {
+		return
+	}
+	evs, err := b.n.store.AppendLogs(b.job, b.pending)
+	b.pending = b.pending[:0]
+	if err != nil {
+		b.n.log.Error("storing job output", "job", b.job, "err", err)
+		return
+	}
+	for _, e := range evs {
+		b.n.publish(b.job, eventView(e))
+	}
+}

@@ -1,0 +1,418 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/trisparc/gaas/api"
+	"github.com/trisparc/gaas/gpu"
+	"github.com/trisparc/gaas/p2p"
+	"github.com/trisparc/gaas/protocol"
+	"github.com/trisparc/gaas/sandbox"
+)
+
+// reprovideInterval refreshes DHT provider records well inside their
+// 48-hour expiry.
+const reprovideInterval = 30 * time.Minute
+
+// provider is this node's provider mode while it is on.
+type provider struct {
+	gpu     gpu.Reader
+	card    gpu.GPU
+	tier    protocol.Tier
+	sandbox *sandbox.Sandbox
+	busy    atomic.Bool
+	cancel  context.CancelFunc
+	ready   chan struct{} // closed once the tier is advertised
+	done    chan struct{}
+}
+
+// SetProvider turns provider mode on or off. Turning it on reads the GPU,
+// works out the tier it serves, checks that jobs can be sandboxed here,
+// and starts advertising; any of those failing leaves it off, with the
+// reason. Turning it off stops advertising; a running job finishes.
+func (n *Node) SetProvider(on bool) error {
+	n.mu.Lock()
+	cur := n.provider
+	if !on {
+		n.provider = nil
+	}
+	n.mu.Unlock()
+	if !on {
+		if cur != nil {
+			cur.cancel()
+			<-cur.done
+		}
+		return nil
+	}
+	if cur != nil {
+		return nil
+	}
+	reader := n.cfg.GPU
+	if reader == nil {
+		var err error
+		if reader, err = gpu.Detect(); err != nil {
+			return api.Errorf(http.StatusConflict, api.CodeUnavailable, "%v.", err)
+		}
+	}
+	gpus, err := reader.GPUs()
+	if err != nil || len(gpus) == 0 {
+		return api.Errorf(http.StatusConflict, api.CodeUnavailable, "Could not read the GPU: %v.", err)
+	}
+	card, err := n.rateCard(n.ctx)
+	if err != nil {
+		return coordinatorError(err)
+	}
+	tier, ok := card.TierFor(gpus[0].VRAMTotalMiB)
+	if !ok {
+		return api.Errorf(http.StatusConflict, api.CodeUnavailable, "%s has %d MiB of memory, below what the smallest tier needs.", gpus[0].Label(), gpus[0].VRAMTotalMiB)
+	}
+	sb, err := sandbox.New(n.ctx)
+	if err != nil {
+		return api.Errorf(http.StatusConflict, api.CodeUnavailable, "Provider mode stays off: %v", err)
+	}
+	topic, err := n.topic(protocol.JobTopic(tier.Name))
+	if err != nil {
+		return err
+	}
+	sub, err := topic.Subscribe()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(n.ctx)
+	p := &provider{gpu: reader, card: gpus[0], tier: tier, sandbox: sb, cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+	n.mu.Lock()
+	n.provider = p
+	n.mu.Unlock()
+	n.log.Info("provider mode on", "gpu", gpus[0].Label(), "tier", tier.Name)
+	go func() {
+		defer close(p.done)
+		defer sub.Cancel()
+		go n.advertise(ctx, p)
+		for {
+			msg, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			if msg.ReceivedFrom == n.ID() {
+				continue
+			}
+			m, _, err := protocol.Unmarshal(msg.Data) // the topic validator already checked it
+			if req, ok := m.(*protocol.JobRequest); err == nil && ok && req.Buyer != n.ID().String() {
+				go n.offer(ctx, p, req)
+			}
+		}
+	}()
+	return nil
+}
+
+// ProviderReady is closed once provider mode has advertised its tier; it
+// is nil while provider mode is off.
+func (n *Node) ProviderReady() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.provider == nil {
+		return nil
+	}
+	return n.provider.ready
+}
+
+// advertise keeps a DHT provider record for the tier while online.
+func (n *Node) advertise(ctx context.Context, p *provider) {
+	key := protocol.TierKey(p.tier.Name)
+	first := true
+	for {
+		err := n.peer.DHT.Provide(ctx, key, true)
+		wait := reprovideInterval
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("advertising tier", "tier", p.tier.Name, "err", err)
+			wait = 2 * time.Second
+		} else if first {
+			first = false
+			close(p.ready)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// offer answers a job request for our tier, unless busy.
+func (n *Node) offer(ctx context.Context, p *provider, req *protocol.JobRequest) {
+	if p.busy.Load() || req.Tier != p.tier.Name {
+		return
+	}
+	buyer, err := peer.Decode(req.Buyer)
+	if err != nil {
+		return
+	}
+	if infos, err := p2p.ParseAddrs(req.BuyerAddrs); err == nil {
+		for _, ai := range infos {
+			if ai.ID == buyer {
+				n.peer.Host.Peerstore().AddAddrs(buyer, ai.Addrs, time.Minute)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := n.peer.Host.NewStream(ctx, buyer, protocol.OfferProtocol)
+	if err != nil {
+		n.log.Debug("offering", "job", req.JobID, "err", err)
+		return
+	}
+	defer s.Close()
+	protocol.NewConn(s, n.peer.Key).Send(&protocol.Offer{
+		JobID: req.JobID, Tier: p.tier.Name, Provider: n.ID().String(), GPU: p.card.Name, Simulated: p.card.Simulated,
+	})
+}
+
+var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+
+// handleJob takes an accepted contract: confirm it if free, then run it.
+func (n *Node) handleJob(s network.Stream) {
+	conn := protocol.NewConn(s, n.peer.Key)
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	m, signer, env, err := conn.Receive()
+	s.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.Reset()
+		return
+	}
+	accept, ok := m.(*protocol.Accept)
+	if !ok {
+		s.Reset()
+		return
+	}
+	ct := accept.Contract
+	decline := func(reason string) {
+		conn.Send(&protocol.Decline{JobID: ct.JobID, Reason: reason})
+		s.Close()
+	}
+	n.mu.Lock()
+	p := n.provider
+	n.mu.Unlock()
+	switch {
+	case signer != s.Conn().RemotePeer() || ct.Buyer != signer.String() || ct.Provider != n.ID().String():
+		s.Reset()
+		return
+	case p == nil:
+		decline("provider mode is off")
+		return
+	case ct.Tier != p.tier.Name || ct.RatePaisePerHour != p.tier.RatePaisePerHour:
+		decline("this provider serves " + p.tier.Name + " at a different rate")
+		return
+	case !jobIDPattern.MatchString(ct.JobID) || ct.CapSeconds <= 0:
+		decline("malformed contract")
+		return
+	case !p.busy.CompareAndSwap(false, true):
+		decline("busy with another job")
+		return
+	}
+	defer p.busy.Store(false)
+	if err := conn.Send(&protocol.Confirm{Contract: ct}); err != nil {
+		s.Reset()
+		return
+	}
+	n.log.Info("job accepted", "job", ct.JobID, "buyer", signer.ShortString())
+	n.peer.Host.ConnManager().Protect(signer, "gaas-job-"+ct.JobID)
+	defer n.peer.Host.ConnManager().Unprotect(signer, "gaas-job-"+ct.JobID)
+	fin, metered := n.runContract(p, conn, ct, env)
+	fin.JobID = ct.JobID
+	// The coordinator hears first, so the bill is settled before the buyer
+	// asks about it.
+	if metered {
+		n.sendEnd(ct.JobID, fin)
+	}
+	conn.Send(fin)
+	s.CloseWrite()
+	// Keep the stream open until the buyer has read the result.
+	s.SetReadDeadline(time.Now().Add(30 * time.Second))
+	conn.Receive()
+	s.Close()
+	n.log.Info("job done", "job", ct.JobID, "outcome", fin.Outcome)
+}
+
+func (n *Node) sendEnd(job string, fin *protocol.Finished) {
+	for attempt := 0; attempt < 5; attempt++ {
+		_, err := n.coord.Send(n.ctx, &protocol.EndNotice{JobID: job, Outcome: fin.Outcome, Model: fin.Model})
+		if err == nil {
+			return
+		}
+		var pe *protocol.Error
+		if errors.As(err, &pe) || n.ctx.Err() != nil {
+			n.log.Warn("end notice refused", "job", job, "err", err)
+			return
+		}
+		time.Sleep(time.Duration(attempt+1) * 500 * time.Millisecond)
+	}
+}
+
+func safeName(name, fallback string) string {
+	base := filepath.Base(name)
+	if base == "." || base == "/" || base == ".." || !regexp.MustCompile(`^[A-Za-z0-9._ -]{1,100}$`).MatchString(base) {
+		return fallback
+	}
+	return base
+}
+
+// runContract fetches the inputs, has the coordinator start its meter,
+// runs the script in the sandbox while streaming its output and the GPU's
+// telemetry, and collects the model. metered reports whether the
+// coordinator's meter was started, so that it must hear how the run ended.
+func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contract, accept protocol.Envelope) (fin *protocol.Finished, metered bool) {
+	aborted := func(cause, format string, args ...any) (*protocol.Finished, bool) {
+		return &protocol.Finished{Outcome: protocol.OutcomeAborted, Cause: cause, Reason: fmt.Sprintf(format, args...)}, metered
+	}
+	dir := filepath.Join(n.cfg.DataDir, "provider", "jobs", ct.JobID)
+	defer os.RemoveAll(dir)
+	datasetName, scriptName := safeName(ct.DatasetName, "data.csv"), safeName(ct.ScriptName, "train.py")
+	if datasetName == scriptName {
+		datasetName = "data.csv"
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "input"), 0o700); err != nil {
+		return aborted(protocol.CauseInputs, "could not create the job folder: %v", err)
+	}
+	fetchCtx, cancelFetch := context.WithTimeout(n.ctx, 30*time.Minute)
+	for _, in := range []struct{ cid, name string }{{ct.Dataset, datasetName}, {ct.Script, scriptName}} {
+		c, err := cid.Decode(in.cid)
+		if err != nil {
+			cancelFetch()
+			return aborted(protocol.CauseInputs, "the contract names an invalid input %q", in.cid)
+		}
+		if err := n.blocks.Fetch(fetchCtx, c); err != nil {
+			cancelFetch()
+			return aborted(protocol.CauseInputs, "could not fetch %s from the buyer: %v", in.name, err)
+		}
+		if err := n.blocks.Export(fetchCtx, c, filepath.Join(dir, "input", in.name)); err != nil {
+			cancelFetch()
+			return aborted(protocol.CauseInputs, "could not write %s: %v", in.name, err)
+		}
+	}
+	cancelFetch()
+
+	if _, err := n.coord.Send(n.ctx, &protocol.StartNotice{JobID: ct.JobID, Accept: accept}); err != nil {
+		return aborted(protocol.CauseRefused, "the coordinator would not start the meter: %v", err)
+	}
+	metered = true
+	started := time.Now()
+	if err := conn.Send(&protocol.Started{JobID: ct.JobID, At: started.UnixMilli()}); err != nil {
+		return aborted(protocol.CauseSandbox, "the buyer went away")
+	}
+
+	runCtx, stop := context.WithCancel(n.ctx)
+	defer stop()
+	var buyerCancelled atomic.Bool
+	go func() { // the buyer's cancel, or its disappearance, stops the run
+		for {
+			m, _, _, err := conn.Receive()
+			if err != nil {
+				stop()
+				return
+			}
+			if _, ok := m.(*protocol.Cancel); ok {
+				buyerCancelled.Store(true)
+				stop()
+				return
+			}
+		}
+	}()
+	p.gpu.SetBusy(true)
+	defer p.gpu.SetBusy(false)
+	telemetryDone := make(chan struct{})
+	go func() {
+		defer close(telemetryDone)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+			}
+			gpus, err := p.gpu.GPUs()
+			if err != nil || len(gpus) == 0 {
+				continue
+			}
+			g := gpus[0]
+			conn.Send(&protocol.Telemetry{
+				JobID: ct.JobID, ElapsedMs: time.Since(started).Milliseconds(), GPU: g.Label(), TempC: g.TempC,
+				VRAMUsedMiB: g.VRAMUsedMiB, VRAMTotalMiB: g.VRAMTotalMiB, FanPercent: g.FanPercent, UtilPercent: g.UtilPercent, Simulated: g.Simulated,
+			})
+		}
+	}()
+	res, err := p.sandbox.Run(runCtx, sandbox.Spec{
+		Dir: dir, Script: scriptName, Dataset: datasetName, Wall: time.Duration(ct.CapSeconds) * time.Second,
+		Output: func(stream, line string) {
+			conn.Send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: line, At: time.Now().UnixMilli()})
+		},
+	})
+	stop()
+	<-telemetryDone
+	if err != nil {
+		return aborted(protocol.CauseSandbox, "the sandbox failed: %v", err)
+	}
+	fin = &protocol.Finished{ExitCode: res.ExitCode, Reason: res.Reason()}
+	switch res.Outcome {
+	case sandbox.Completed:
+		return n.collectModel(dir, fin), metered
+	case sandbox.Cancelled:
+		if buyerCancelled.Load() {
+			fin.Outcome = protocol.OutcomeCancelled
+		} else {
+			fin.Outcome, fin.Cause = protocol.OutcomeAborted, protocol.CauseSandbox
+		}
+	case sandbox.TimedOut:
+		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseCap
+	case sandbox.NoMain:
+		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseNoMain
+	default:
+		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseScript
+	}
+	return fin, metered
+}
+
+// collectModel imports what the script wrote to $GAAS_OUTPUT: one file as
+// itself, several as a folder. Links and special files are refused.
+func (n *Node) collectModel(dir string, fin *protocol.Finished) *protocol.Finished {
+	out := filepath.Join(dir, "output")
+	entries, err := os.ReadDir(out)
+	if err != nil || len(entries) == 0 {
+		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseNoModel, "main() returned but wrote nothing to $GAAS_OUTPUT"
+		return fin
+	}
+	path, name := out, "model"
+	if len(entries) == 1 && entries[0].Type().IsRegular() {
+		path, name = filepath.Join(out, entries[0].Name()), entries[0].Name()
+	}
+	c, err := n.blocks.ImportPath(n.ctx, path)
+	if err != nil {
+		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseBadModel, "the output cannot be exported: "+err.Error()
+		return fin
+	}
+	size := int64(0)
+	filepath.WalkDir(path, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	fin.Outcome, fin.Model, fin.ModelName, fin.ModelSize = protocol.OutcomeCompleted, c.String(), name, size
+	return fin
+}
