@@ -26,9 +26,9 @@ import (
 func DefaultRateCard() protocol.RateCard {
 	return protocol.RateCard{
 		Tiers: []protocol.Tier{
-			{Name: protocol.TierStarter, Title: "Starter", MinVRAMMiB: 8 << 10 - 512, Class: "RTX 3060/4060 class, 8 GB+", RatePaisePerHour: 3000},
-			{Name: protocol.TierPro, Title: "Pro", MinVRAMMiB: 12 << 10 - 512, Class: "RTX 4070 class, 12 GB+", RatePaisePerHour: 5000},
-			{Name: protocol.TierMax, Title: "Max", MinVRAMMiB: 20 << 10 - 512, Class: "RTX 4090 class, 20 GB+", RatePaisePerHour: 12000},
+			{Name: protocol.TierStarter, Title: "Starter", MinVRAMMiB: 8<<10 - 512, Class: "RTX 3060/4060 class, 8 GB+", RatePaisePerHour: 3000},
+			{Name: protocol.TierPro, Title: "Pro", MinVRAMMiB: 12<<10 - 512, Class: "RTX 4070 class, 12 GB+", RatePaisePerHour: 5000},
+			{Name: protocol.TierMax, Title: "Max", MinVRAMMiB: 20<<10 - 512, Class: "RTX 4090 class, 20 GB+", RatePaisePerHour: 12000},
 		},
 		FeeBasisPoints: 1000,
 	}

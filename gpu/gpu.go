@@ -119,9 +119,9 @@ func (s *Simulator) GPUs() ([]GPU, error) {
 	g := GPU{
 		Name: s.model.Name, UUID: s.uuid, VRAMTotalMiB: s.model.VRAMMiB,
 		Driver: "simulated", CUDA: "simulated", Compute: "8.9", Simulated: true,
-		TempC:      int(math.Round(s.temp + s.rng.Float64() - 0.5)),
+		TempC:       int(math.Round(s.temp + s.rng.Float64() - 0.5)),
 		VRAMUsedMiB: 412,
-		PowerWatts: s.model.Watts / 8,
+		PowerWatts:  s.model.Watts / 8,
 	}
 	// The fan idles at 30% and ramps linearly from 50 °C to full at 80 °C.
 	g.FanPercent = 30 + int(max(0, min(70, (s.temp-50)*70/30)))

@@ -9,12 +9,12 @@ import (
 
 func TestInspectCSV(t *testing.T) {
 	for _, tc := range []struct {
-		name, in  string
-		rows      int64
-		header    string
-		delim     string
-		wantErr   string
-		wantLine  int64
+		name, in string
+		rows     int64
+		header   string
+		delim    string
+		wantErr  string
+		wantLine int64
 	}{
 		{name: "plain", in: "age,income,target\n31,50000,1\n45,72000,0\n", rows: 2, header: "age|income|target", delim: ","},
 		{name: "semicolon", in: "a;b\n1;2\n", rows: 1, header: "a|b", delim: ";"},

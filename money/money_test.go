@@ -9,12 +9,12 @@ func TestCharge(t *testing.T) {
 	for _, tc := range []struct {
 		rate, secs, want int64
 	}{
-		{5000, 1, 1},            // ₹50/hr for 1 s = 1.38 paise → 1
-		{5000, 3600, 5000},      // exactly an hour
-		{5000, 7200, 10000},     // two hours
-		{3000, 1, 0},            // under a paisa rounds down
-		{0, 3600, 0},            // zero rate
-		{12000, 59, 196},        // 196.66 → 196
+		{5000, 1, 1},        // ₹50/hr for 1 s = 1.38 paise → 1
+		{5000, 3600, 5000},  // exactly an hour
+		{5000, 7200, 10000}, // two hours
+		{3000, 1, 0},        // under a paisa rounds down
+		{0, 3600, 0},        // zero rate
+		{12000, 59, 196},    // 196.66 → 196
 		{math.MaxInt64, 3600, math.MaxInt64},
 		{math.MaxInt64, 1, math.MaxInt64 / 3600},
 	} {
