@@ -1,0 +1,64 @@
+package main
+
+import "fmt"
+
+const helpText = `gaas: a peer-to-peer GPU marketplace.
+
+Usage: gaas COMMAND [flags]
+
+Run a peer:
+  node         run a node: a buyer, and a provider when --provider is set
+  coordinator  run the coordinator: the ledger peer and DHT bootstrap peer
+  testnet      run a whole market on this machine (coordinator, providers
+               with simulated GPUs, a buyer) until interrupted
+  demo         start a testnet, run the bundled example job, show the bill
+
+Use a node (it is found with --node or GAAS_NODE, authorized with --token
+or GAAS_TOKEN, or the token in GAAS_DATA):
+  job submit --tier TIER --dataset FILE.csv --script FILE.py
+             [--package NAME]... [--max-hours H] [--out DIR] [--yes]
+               check the inputs, show the price, run the job, follow it,
+               and download the model
+  job list [--json]            jobs, newest first
+  job show ID [--json]         one job: state, explanation, model, charge
+  job logs ID [--follow] [--json]
+                               the job's output
+  job cancel ID                stop a job; a running job is charged for
+                               the seconds it ran
+  ledger balance [--json]      this node's balance at the coordinator
+
+Inspect this machine:
+  gpu          the NVIDIA GPUs found and the tier each can serve
+
+Every flag can also be set from the environment variable named in
+'gaas COMMAND --help'. GAAS_LOG=debug|info|warn|error sets how much the
+peers log (default: warnings and errors only).
+`
+
+var commandHelp = map[string]string{
+	"job": `Usage:
+  gaas job submit --tier TIER --dataset FILE.csv --script FILE.py [--package NAME]... [--max-hours H] [--out DIR] [--yes]
+  gaas job list [--json]
+  gaas job show ID [--json]
+  gaas job logs ID [--follow] [--json]
+  gaas job cancel ID
+Each takes --node URL (GAAS_NODE) and --token TOKEN (GAAS_TOKEN).
+`,
+	"ledger": `Usage:
+  gaas ledger balance [--json] [--node URL] [--token TOKEN]
+`,
+}
+
+func (c *cli) help(args []string) {
+	if len(args) > 0 {
+		if h, ok := commandHelp[args[0]]; ok {
+			fmt.Fprint(c.stdout, h)
+			return
+		}
+		if args[0] != "help" {
+			c.run(nil, []string{args[0], "--help"})
+			return
+		}
+	}
+	fmt.Fprint(c.stdout, helpText)
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trisparc/gaas/api"
+	"github.com/trisparc/gaas/examples"
+	"github.com/trisparc/gaas/testnet"
+)
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// gaas runs one command in-process with the given environment.
+func gaas(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	code := c.exitCode(c.run(context.Background(), args))
+	return result{code, out.String(), errb.String()}
+}
+
+func startTestnet(t *testing.T, providers int) (map[string]string, *testnet.Testnet) {
+	t.Helper()
+	tn, err := testnet.Start(context.Background(), testnet.Config{
+		Dir: t.TempDir(), Providers: providers, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tn.Close() })
+	return map[string]string{"GAAS_NODE": tn.Info.Buyer.API, "GAAS_TOKEN": tn.Info.Buyer.Token}, tn
+}
+
+func writeFile(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSubmitDownloadsModelAndReportsCharge(t *testing.T) {
+	env, _ := startTestnet(t, 3)
+	dir := t.TempDir()
+	ds := writeFile(t, dir, "students.csv", examples.Dataset)
+	sc := writeFile(t, dir, "train.py", examples.Script)
+	out := t.TempDir()
+	r := gaas(t, env, "job", "submit", "--tier", "max", "--dataset", ds, "--script", sc, "--max-hours", "0.5", "--out", out, "--yes")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"students.csv: 600 rows, 4 columns", "main() found", "at ₹120/hr", "costs at most ₹60", "state: running", "| test accuracy", "state: completed", "Charge    ₹"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	model, err := os.ReadFile(filepath.Join(out, "model.json"))
+	if err != nil || !json.Valid(model) {
+		t.Fatalf("model on disk: %v %s", err, model)
+	}
+
+	r = gaas(t, env, "job", "list", "--json")
+	var list api.JobList
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || list.Total != 1 || list.Jobs[0].State != "completed" {
+		t.Fatalf("job list --json: %v %s", err, r.stdout)
+	}
+	id := list.Jobs[0].ID
+	r = gaas(t, env, "job", "show", id, "--json")
+	var job api.Job
+	if err := json.Unmarshal([]byte(r.stdout), &job); err != nil || job.ID != id || job.Model == nil {
+		t.Fatalf("job show --json: %v %s", err, r.stdout)
+	}
+	if r = gaas(t, env, "job", "logs", id); r.code != 0 || !strings.Contains(r.stdout, "saved model.json") {
+		t.Fatalf("job logs: %d %s", r.code, r.stdout)
+	}
+	r = gaas(t, env, "ledger", "balance", "--json")
+	var b api.Balance
+	if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || b.Available != testnet.DefaultBuyerCredit-job.Charged {
+		t.Fatalf("ledger balance --json: %v %s (charged %d)", err, r.stdout, job.Charged)
+	}
+}
+
+func TestFailedJobExitsNonZeroWithExplanation(t *testing.T) {
+	env, _ := startTestnet(t, 1)
+	dir := t.TempDir()
+	ds := writeFile(t, dir, "students.csv", examples.Dataset)
+	sc := writeFile(t, dir, "train.py", []byte("def main():\n    raise RuntimeError('learning rate is NaN')\n"))
+	r := gaas(t, env, "job", "submit", "--tier", "starter", "--dataset", ds, "--script", sc, "--out", t.TempDir(), "--yes")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, r.stdout)
+	}
+	for _, want := range []string{"Failed    Your script stopped with RuntimeError: learning rate is NaN.", "Charge    Not charged", "Traceback (most recent call last):"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// TestBadInputs checks that each mistake gets one clear sentence, a
+// non-zero exit, and leaves nothing behind: no job, no hold, no upload.
+func TestBadInputs(t *testing.T) {
+	env, tn := startTestnet(t, 1)
+	dir := t.TempDir()
+	ds := writeFile(t, dir, "students.csv", examples.Dataset)
+	sc := writeFile(t, dir, "train.py", examples.Script)
+	binary := writeFile(t, dir, "photo.csv", []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"))
+	ragged := writeFile(t, dir, "ragged.csv", []byte("a,b\n1,2\n3\n"))
+	noMain := writeFile(t, dir, "nomain.py", []byte("def train():\n    pass\n"))
+	broken := writeFile(t, dir, "broken.py", []byte("def main(:\n    pass\n"))
+	out := t.TempDir()
+	submit := func(extra ...string) []string {
+		return append([]string{"job", "submit", "--out", out, "--yes"}, extra...)
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+		want string
+	}{
+		{"missing dataset", env, submit("--tier", "pro", "--dataset", filepath.Join(dir, "nope.csv"), "--script", sc), 1, "the dataset file " + filepath.Join(dir, "nope.csv") + " does not exist"},
+		{"not a CSV", env, submit("--tier", "pro", "--dataset", binary, "--script", sc), 1, "The dataset is not a CSV file"},
+		{"ragged CSV", env, submit("--tier", "pro", "--dataset", ragged, "--script", sc), 1, "Line 3 of the dataset has a different number of columns"},
+		{"no main", env, submit("--tier", "pro", "--dataset", ds, "--script", noMain), 1, "nomain.py has no top-level main() function"},
+		{"syntax error", env, submit("--tier", "pro", "--dataset", ds, "--script", broken), 1, "broken.py has a syntax error on line 1"},
+		{"unknown tier", env, submit("--tier", "ultra", "--dataset", ds, "--script", sc), 1, `there is no "ultra" tier: choose one of starter, pro, max`},
+		{"bad package", env, submit("--tier", "pro", "--dataset", ds, "--script", sc, "--package", "--index-url=http://x"), 1, "is a pip option"},
+		{"bad cap", env, submit("--tier", "pro", "--dataset", ds, "--script", sc, "--max-hours", "zero"), 2, "--max-hours must be a number of hours"},
+		{"no tier", env, submit("--dataset", ds, "--script", sc), 2, "choose a GPU tier with --tier"},
+		{"node not answering", map[string]string{"GAAS_NODE": "http://127.0.0.1:1", "GAAS_TOKEN": "x"}, submit("--tier", "pro", "--dataset", ds, "--script", sc), 1, "could not reach the GaaS node at http://127.0.0.1:1"},
+		{"wrong token", map[string]string{"GAAS_NODE": env["GAAS_NODE"], "GAAS_TOKEN": "wrong"}, []string{"job", "list"}, 1, "Missing or wrong API token"},
+		{"no confirmation", env, []string{"job", "submit", "--tier", "pro", "--dataset", ds, "--script", sc, "--out", out}, 1, "pass --yes to accept it"},
+		{"unknown job", env, []string{"job", "show", "j-0000"}, 1, `There is no job "j-0000" on this node.`},
+		{"unknown command", env, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := gaas(t, tc.env, tc.args...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("exit %d (want %d), stderr %q, want %q\nstdout: %s", r.code, tc.code, r.stderr, tc.want, r.stdout)
+			}
+			if strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
+				t.Errorf("more than a sentence on stderr: %q", r.stderr)
+			}
+		})
+	}
+	r := gaas(t, env, "job", "list", "--json")
+	if !strings.Contains(r.stdout, `"total":0`) {
+		t.Fatalf("bad inputs left jobs behind: %s", r.stdout)
+	}
+	b, err := api.NewClient(env["GAAS_NODE"], env["GAAS_TOKEN"]).Balance(context.Background())
+	if err != nil || b.Available != testnet.DefaultBuyerCredit || b.Held != 0 {
+		t.Fatalf("bad inputs touched the balance: %+v %v", b, err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(tn.Info.Buyer.Data, "tmp")); len(left) != 0 {
+		t.Fatalf("rejected uploads left %d temporary files", len(left))
+	}
+	if left, _ := os.ReadDir(out); len(left) != 0 {
+		t.Fatalf("the output folder has %d files after failed submits", len(left))
+	}
+}
+
+func TestHelp(t *testing.T) {
+	r := gaas(t, nil, "help")
+	for _, want := range []string{"testnet", "job submit", "ledger balance", "GAAS_NODE"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("help lacks %q", want)
+		}
+	}
+	if r := gaas(t, nil, "testnet", "--help"); r.code != 0 || !strings.Contains(r.stdout, "-providers") || !strings.Contains(r.stdout, "GAAS_TESTNET_DIR") {
+		t.Fatalf("testnet --help: %+v", r)
+	}
+}

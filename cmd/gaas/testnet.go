@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/trisparc/gaas/coordinator"
+	"github.com/trisparc/gaas/testnet"
+)
+
+func startCoordinator(data string, listen []string, log *slog.Logger) (*coordinator.Coordinator, error) {
+	return coordinator.Start(coordinator.Config{DataDir: data, Listen: listen, Logger: log})
+}
+
+func (c *cli) testnet(ctx context.Context, args []string) error {
+	f := c.flags("testnet")
+	dir := f.string("dir", "GAAS_TESTNET_DIR", ".testnet", "folder for every peer's data and testnet.json")
+	providers := f.int("providers", "GAAS_PROVIDERS", 3, "number of providers; they cycle through the tiers starter, pro, max")
+	if _, err := f.parse(args); err != nil {
+		return err
+	}
+	tn, err := testnet.Start(ctx, testnet.Config{Dir: *dir, Providers: *providers, Logger: c.logger(logWarn)})
+	if err != nil {
+		return err
+	}
+	defer tn.Close()
+	printTestnet(c.stdout, tn.Info, *dir)
+	fmt.Fprintln(c.stdout, "Running until interrupted (Ctrl-C).")
+	<-ctx.Done()
+	fmt.Fprintln(c.stdout, "Stopping every peer.")
+	return nil
+}
+
+func printTestnet(w io.Writer, info testnet.Info, dir string) {
+	fmt.Fprintf(w, "GaaS testnet on 127.0.0.1 (%s)\n", filepath.Join(dir, testnet.InfoFile))
+	fmt.Fprintf(w, "  coordinator  %s\n               %s\n", info.Coordinator.Peer, pickAddr(info.Coordinator.Addrs))
+	for _, p := range info.Providers {
+		fmt.Fprintf(w, "  provider     %s  %-7s  %s\n", p.Peer, p.Tier, p.GPU)
+	}
+	fmt.Fprintf(w, "  buyer        %s\n               API %s\n", info.Buyer.Peer, info.Buyer.API)
+	fmt.Fprintf(w, "Use the buyer: export GAAS_NODE=%s GAAS_TOKEN=%s\n", info.Buyer.API, info.Buyer.Token)
+}
