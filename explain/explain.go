@@ -8,11 +8,13 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/trisparc/gaas/protocol"
 )
 
 // Failure is what is known about a failed run.
 type Failure struct {
-	Cause      string   // protocol.Cause* value from the provider
+	Cause      string   // a protocol.Cause* value from the provider
 	Reason     string   // the provider's one-line reason
 	Stderr     []string // the script's stderr lines, in order
 	Header     []string // the dataset's column names
@@ -59,13 +61,24 @@ func lastException(tb string) (typ, msg string) {
 // Sentence explains a failure in one or two sentences.
 func Sentence(f Failure) string {
 	switch f.Cause {
-	case "no_model":
+	case protocol.CauseNoModel:
 		return "Your script finished but saved no model: write the trained model into the folder named by $GAAS_OUTPUT."
-	case "bad_model":
+	case protocol.CauseBadModel:
 		return fmt.Sprintf("Your script's output could not be collected (%s). Save plain files, not links, into $GAAS_OUTPUT.", f.Reason)
-	case "cap":
+	case protocol.CauseCap:
 		return fmt.Sprintf("Your job reached its budget cap of %s and was stopped before it finished. Raise the cap or train for fewer epochs.", (time.Duration(f.CapSeconds) * time.Second).String())
-	case "no_main":
+	case protocol.CausePackages:
+		last := ""
+		for i := len(f.Stderr) - 1; i >= 0 && last == ""; i-- {
+			if strings.Contains(f.Stderr[i], "ERROR:") {
+				last = strings.TrimSpace(strings.SplitN(f.Stderr[i], "ERROR:", 2)[1])
+			}
+		}
+		if last == "" {
+			return "Installing your packages failed. Check the names and versions of your package chips."
+		}
+		return fmt.Sprintf("Installing your packages failed: %s. Check the names and versions of your package chips.", strings.TrimSuffix(last, "."))
+	case protocol.CauseNoMain:
 		return "Your script has no main() function to run. Add `def main():` at the top level of the file."
 	}
 	tb := Traceback(f.Stderr)

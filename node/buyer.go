@@ -462,7 +462,13 @@ func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished
 	case protocol.OutcomeCancelled:
 		n.finish(job.ID, store.Cancelled, n.awaitSettlement(job.ID), func(j *store.Job) { j.Telemetry = last })
 	case protocol.OutcomeFailed:
-		n.finish(job.ID, store.Failed, n.awaitSettlement(job.ID), func(j *store.Job) {
+		var set *protocol.Settlement
+		if m.Cause == protocol.CausePackages { // failed before the meter started
+			set, _ = n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: m.Reason})
+		} else {
+			set = n.awaitSettlement(job.ID)
+		}
+		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
 			j.Telemetry, j.ExitCode = last, m.ExitCode
 			j.Explanation = explain.Sentence(explain.Failure{Cause: m.Cause, Reason: m.Reason, Stderr: stderr, Header: job.Dataset.Header, CapSeconds: job.CapSeconds})
 			j.Traceback = explain.Traceback(stderr)

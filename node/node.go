@@ -43,6 +43,10 @@ type Config struct {
 	// GPU reads the provider's cards; nil means detect with NVML when
 	// provider mode is turned on.
 	GPU gpu.Reader
+	// PipIndexURL and PipFindLinks say where a provider's pip installs
+	// packages from: an index, or a local folder of wheels.
+	PipIndexURL  string
+	PipFindLinks string
 	// MaxDatasetBytes bounds an uploaded CSV; zero means 2 GiB.
 	MaxDatasetBytes int64
 	Logger          *slog.Logger

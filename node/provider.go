@@ -81,6 +81,7 @@ func (n *Node) SetProvider(on bool) error {
 	if err != nil {
 		return api.Errorf(http.StatusConflict, api.CodeUnavailable, "Provider mode stays off: %v", err)
 	}
+	sb.PipIndexURL, sb.PipFindLinks = n.cfg.PipIndexURL, n.cfg.PipFindLinks
 	topic, err := n.topic(protocol.JobTopic(tier.Name))
 	if err != nil {
 		return err
@@ -305,6 +306,18 @@ func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contrac
 	}
 	cancelFetch()
 
+	// Packages install before the meter starts: the buyer pays for the
+	// script's time, not pip's.
+	spec := sandbox.Spec{Dir: dir, Script: scriptName, Dataset: datasetName, Wall: 20 * time.Minute,
+		Output: func(stream, line string) {
+			conn.Send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: "pip: " + line, At: time.Now().UnixMilli()})
+		}}
+	if res, err := p.sandbox.Install(n.ctx, spec, ct.Packages); err != nil {
+		return aborted(protocol.CauseSandbox, "the sandbox failed installing packages: %v", err)
+	} else if res.Outcome != sandbox.Completed {
+		return &protocol.Finished{Outcome: protocol.OutcomeFailed, Cause: protocol.CausePackages, ExitCode: res.ExitCode, Reason: "pip could not install the packages"}, false
+	}
+
 	if _, err := n.coord.Send(n.ctx, &protocol.StartNotice{JobID: ct.JobID, Accept: accept}); err != nil {
 		return aborted(protocol.CauseRefused, "the coordinator would not start the meter: %v", err)
 	}
@@ -355,12 +368,11 @@ func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contrac
 			})
 		}
 	}()
-	res, err := p.sandbox.Run(runCtx, sandbox.Spec{
-		Dir: dir, Script: scriptName, Dataset: datasetName, Wall: time.Duration(ct.CapSeconds) * time.Second,
-		Output: func(stream, line string) {
-			conn.Send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: line, At: time.Now().UnixMilli()})
-		},
-	})
+	spec.Wall = time.Duration(ct.CapSeconds) * time.Second
+	spec.Output = func(stream, line string) {
+		conn.Send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: line, At: time.Now().UnixMilli()})
+	}
+	res, err := p.sandbox.Run(runCtx, spec)
 	stop()
 	<-telemetryDone
 	if err != nil {

@@ -107,6 +107,7 @@ const (
 	CauseBadModel = "bad_model" // the output holds something that cannot be exported
 	CauseCap      = "cap"       // the budget cap was reached
 	CauseInputs   = "inputs"    // the provider could not fetch the inputs
+	CausePackages = "packages"  // pip could not install the packages (not metered)
 	CauseSandbox  = "sandbox"   // the provider's sandbox failed
 	CauseRefused  = "refused"   // the coordinator refused to start metering
 )

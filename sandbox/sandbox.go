@@ -53,6 +53,12 @@ type Sandbox struct {
 	bwrap  string
 	python string
 	binds  []string // extra read-only binds the Python installation needs
+
+	// PipIndexURL, when set, is the package index pip installs from.
+	PipIndexURL string
+	// PipFindLinks, when set, is a local folder of wheels that pip
+	// installs from instead of any index (bound read-only).
+	PipFindLinks string
 }
 
 // New finds bubblewrap and Python and checks that a sandbox can actually
@@ -92,11 +98,12 @@ func pythonPrefix(ctx context.Context, python string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// baseArgs isolate everything; Run adds the job's folder and command.
+// baseArgs isolate everything but the network; Run adds --unshare-net,
+// the job's folder and the command.
 func (s *Sandbox) baseArgs() []string {
 	args := []string{
 		"--unshare-user", "--disable-userns",
-		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
 		"--hostname", "gaas-job",
 		"--ro-bind", "/usr", "/usr",
@@ -175,17 +182,45 @@ func (r Result) Reason() string {
 	return fmt.Sprintf("the script exited with status %d", r.ExitCode)
 }
 
+// Install installs packages into the job folder's .packages, which Run
+// puts on the script's path. It runs sandboxed too (a package's build can
+// run code): the network is allowed, the host's files are not visible,
+// and only .packages is writable.
+func (s *Sandbox) Install(ctx context.Context, spec Spec, packages []string) (Result, error) {
+	if len(packages) == 0 {
+		return Result{Outcome: Completed}, nil
+	}
+	target := filepath.Join(spec.Dir, ".packages")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return Result{}, err
+	}
+	var args []string
+	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/usr/share/ca-certificates"} {
+		args = append(args, "--ro-bind-try", f, f)
+	}
+	pip := []string{s.python, "-I", "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
+		"--progress-bar", "off", "--target", JobDir + "/.packages"}
+	if s.PipFindLinks != "" {
+		args = append(args, "--ro-bind", s.PipFindLinks, "/opt/gaas/wheels")
+		pip = append(pip, "--no-index", "--find-links", "/opt/gaas/wheels")
+	} else if s.PipIndexURL != "" {
+		pip = append(pip, "--index-url", s.PipIndexURL)
+	}
+	// "--" ends pip's options: a package name can never be read as one.
+	pip = append(append(pip, "--"), packages...)
+	args = append(args,
+		"--bind", target, JobDir+"/.packages",
+		"--chdir", JobDir,
+		"--setenv", "HOME", "/tmp",
+		"--setenv", "PIP_NO_WARN_SCRIPT_LOCATION", "1",
+		"--setenv", "PIP_ROOT_USER_ACTION", "ignore",
+		"--")
+	return s.exec(ctx, append(args, pip...), spec, nil)
+}
+
 // Run runs spec.Script's main() in the sandbox and waits for it to end.
 // A cancelled ctx kills the whole sandbox at once.
 func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
-	wall := spec.Wall
-	if wall <= 0 {
-		wall = DefaultWall
-	}
-	limit := spec.OutputBytes
-	if limit <= 0 {
-		limit = DefaultOutputBytes
-	}
 	for _, name := range []string{spec.Script, spec.Dataset} {
 		if name != filepath.Base(name) || name == "." || name == ".." {
 			return Result{}, fmt.Errorf("input name %q must be a plain file name", name)
@@ -194,38 +229,55 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err := os.MkdirAll(filepath.Join(spec.Dir, "output"), 0o755); err != nil {
 		return Result{}, err
 	}
-	// The runner reaches the sandbox through a pipe (--ro-bind-data), so
-	// no copy of it sits where the job could change it.
-	runnerR, runnerW, err := os.Pipe()
-	if err != nil {
-		return Result{}, err
-	}
-	defer runnerR.Close()
-	_, err = runnerW.Write(runnerPy) // far below a pipe's buffer
-	runnerW.Close()
-	if err != nil {
-		return Result{}, err
-	}
-	args := append(s.baseArgs(),
+	args := []string{"--unshare-net",
 		"--bind", spec.Dir, JobDir,
 		"--ro-bind", filepath.Join(spec.Dir, "input"), InputDir,
 		"--ro-bind-data", "3", runnerAt,
 		"--chdir", JobDir,
 		"--setenv", "HOME", JobDir,
 		"--setenv", "TMPDIR", "/tmp",
-		"--setenv", "GAAS_DATASET", InputDir+"/"+spec.Dataset,
+		"--setenv", "GAAS_DATASET", InputDir + "/" + spec.Dataset,
 		"--setenv", "GAAS_OUTPUT", OutputDir,
-		"--setenv", "GAAS_PACKAGES", JobDir+"/.packages",
-		"--", s.python, "-I", "-u", runnerAt, InputDir+"/"+spec.Script,
-	)
+		"--setenv", "GAAS_PACKAGES", JobDir + "/.packages",
+		"--", s.python, "-I", "-u", runnerAt, InputDir + "/" + spec.Script,
+	}
+	// The runner reaches the sandbox through a pipe (--ro-bind-data), so
+	// no copy of it sits where the job could change it.
+	return s.exec(ctx, args, spec, runnerPy)
+}
 
+// exec runs bwrap with the base isolation plus args, streaming output and
+// enforcing the wall limit. fd3, when not nil, is readable inside bwrap as
+// file descriptor 3 (for --ro-bind-data).
+func (s *Sandbox) exec(ctx context.Context, args []string, spec Spec, fd3 []byte) (Result, error) {
+	wall := spec.Wall
+	if wall <= 0 {
+		wall = DefaultWall
+	}
+	limit := spec.OutputBytes
+	if limit <= 0 {
+		limit = DefaultOutputBytes
+	}
+	args = append(s.baseArgs(), args...)
 	runCtx, cancel := context.WithTimeout(ctx, wall)
 	defer cancel()
 	cmd := exec.Command(s.bwrap, args...)
 	// Its own process group, and SIGKILL if this process dies: nothing the
 	// job started may outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.ExtraFiles = []*os.File{runnerR} // fd 3
+	if fd3 != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return Result{}, err
+		}
+		defer r.Close()
+		_, err = w.Write(fd3) // small: far below a pipe's buffer
+		w.Close()
+		if err != nil {
+			return Result{}, err
+		}
+		cmd.ExtraFiles = []*os.File{r}
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return Result{}, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/trisparc/gaas/internal/testwheel"
 )
 
 func newSandbox(t *testing.T) *Sandbox {
@@ -175,5 +177,32 @@ func TestOutputIsCut(t *testing.T) {
 	}
 	if !strings.Contains(out.text(), "[gaas: output cut after 1 MB") || strings.Contains(out.text(), "done") {
 		t.Fatal("output was not cut with a marker")
+	}
+}
+
+// TestInstallPackages installs a wheel the test builds from a local
+// folder (no index is reachable here), then imports it from a job.
+func TestInstallPackages(t *testing.T) {
+	s := newSandbox(t)
+	wheels := t.TempDir()
+	if _, err := testwheel.Build(wheels, "gaas-tiny", "1.2.0", map[string]string{"gaas_tiny/__init__.py": "ANSWER = 42\n"}); err != nil {
+		t.Fatal(err)
+	}
+	s.PipFindLinks = wheels
+	spec := job(t, "import gaas_tiny\ndef main():\n    print('answer', gaas_tiny.ANSWER)\n")
+	var out lines
+	spec.Output = out.add
+	res, err := s.Install(context.Background(), spec, []string{"gaas-tiny==1.2.0"})
+	if err != nil || res.Outcome != Completed {
+		t.Fatalf("install: %+v %v\n%s", res, err, out.text())
+	}
+	res, err = s.Run(context.Background(), spec)
+	if err != nil || res.Outcome != Completed || !strings.Contains(out.text(), "stdout: answer 42") {
+		t.Fatalf("run: %+v %v\n%s", res, err, out.text())
+	}
+	out = lines{}
+	res, err = s.Install(context.Background(), spec, []string{"gaas-missing"})
+	if err != nil || res.Outcome != ScriptFailed || !strings.Contains(out.text(), "No matching distribution found for gaas-missing") {
+		t.Fatalf("missing package: %+v %v\n%s", res, err, out.text())
 	}
 }

@@ -30,6 +30,9 @@ type Config struct {
 	Dir         string // every peer gets a folder inside it
 	Providers   int    // zero means three, one per tier
 	BuyerCredit int64  // paise; zero means DefaultBuyerCredit
+	// PipFindLinks is a folder of wheels the providers install job
+	// packages from; empty means pip's default index.
+	PipFindLinks string
 	Logger      *slog.Logger
 }
 
@@ -108,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Testnet, error) {
 	for i := 0; i < cfg.Providers; i++ {
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("provider-%d", i+1))
 		sim := gpu.NewSimulator(models[i%len(models)])
-		p, err := node.Start(node.Config{DataDir: dir, Coordinator: coordAddr, Provider: true, GPU: sim, Logger: log})
+		p, err := node.Start(node.Config{DataDir: dir, Coordinator: coordAddr, Provider: true, GPU: sim, PipFindLinks: cfg.PipFindLinks, Logger: log})
 		if err != nil {
 			return fail(fmt.Errorf("starting provider %d: %w", i+1, err))
 		}

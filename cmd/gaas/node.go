@@ -32,6 +32,8 @@ func (c *cli) node(ctx context.Context, args []string) error {
 	coord := f.string("coordinator", "GAAS_COORDINATOR", "", "the coordinator's address, ending in /p2p/PEER_ID")
 	bootstrap := f.list("bootstrap", "GAAS_BOOTSTRAP", "another DHT bootstrap peer")
 	provider := f.bool("provider", "GAAS_PROVIDER", "start in provider mode: serve jobs on this machine's GPU")
+	pipIndex := f.string("pip-index-url", "GAAS_PIP_INDEX_URL", "", "package index a provider installs job packages from (default: pip's own)")
+	pipLinks := f.string("pip-find-links", "GAAS_PIP_FIND_LINKS", "", "local folder of wheels a provider installs job packages from, instead of an index")
 	simulate := f.string("simulate-gpu", "GAAS_SIMULATE_GPU", "", "use a simulated GPU of this tier (starter, pro, max) instead of NVML: for testing only")
 	if _, err := f.parse(args); err != nil {
 		return err
@@ -44,7 +46,7 @@ func (c *cli) node(ctx context.Context, args []string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	cfg := node.Config{DataDir: *data, Listen: *listen, APIAddr: *apiAddr, Coordinator: *coord, Bootstrap: *bootstrap, Provider: *provider, Logger: c.logger(logWarn)}
+	cfg := node.Config{DataDir: *data, Listen: *listen, APIAddr: *apiAddr, Coordinator: *coord, Bootstrap: *bootstrap, Provider: *provider, PipIndexURL: *pipIndex, PipFindLinks: *pipLinks, Logger: c.logger(logWarn)}
 	if cfg.Coordinator == "" {
 		cfg.Coordinator = file.Coordinator
 	}
