@@ -232,7 +232,30 @@ func (n *Node) handleJob(s network.Stream) {
 	n.log.Info("job accepted", "job", ct.JobID, "buyer", signer.ShortString())
 	n.peer.Host.ConnManager().Protect(signer, "gaas-job-"+ct.JobID)
 	defer n.peer.Host.ConnManager().Unprotect(signer, "gaas-job-"+ct.JobID)
-	fin, metered := n.runContract(p, conn, ct, env)
+	// One reader for the rest of the stream's life: the buyer's cancel, or
+	// its disappearance, stops the job.
+	jobCtx, stop := context.WithCancel(n.ctx)
+	defer stop()
+	var cancelled atomic.Bool
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		defer stop()
+		for {
+			m, _, _, err := conn.Receive()
+			if err != nil {
+				return
+			}
+			if _, ok := m.(*protocol.Cancel); ok {
+				cancelled.Store(true)
+				return
+			}
+		}
+	}()
+	fin, metered := n.runContract(jobCtx, p, conn, ct, env)
+	if fin.Outcome == protocol.OutcomeAborted && cancelled.Load() {
+		fin.Outcome, fin.Cause = protocol.OutcomeCancelled, ""
+	}
 	fin.JobID = ct.JobID
 	// The coordinator hears first, so the bill is settled before the buyer
 	// asks about it.
@@ -241,9 +264,9 @@ func (n *Node) handleJob(s network.Stream) {
 	}
 	conn.Send(fin)
 	s.CloseWrite()
-	// Keep the stream open until the buyer has read the result.
+	// Keep the stream open until the buyer has read the result and closed.
 	s.SetReadDeadline(time.Now().Add(30 * time.Second))
-	conn.Receive()
+	<-readerDone
 	s.Close()
 	n.log.Info("job done", "job", ct.JobID, "outcome", fin.Outcome)
 }
@@ -275,7 +298,8 @@ func safeName(name, fallback string) string {
 // runs the script in the sandbox while streaming its output and the GPU's
 // telemetry, and collects the model. metered reports whether the
 // coordinator's meter was started, so that it must hear how the run ended.
-func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contract, accept protocol.Envelope) (fin *protocol.Finished, metered bool) {
+// Ending ctx (the buyer cancelled or went away) stops it.
+func (n *Node) runContract(ctx context.Context, p *provider, conn *protocol.Conn, ct protocol.Contract, accept protocol.Envelope) (fin *protocol.Finished, metered bool) {
 	aborted := func(cause, format string, args ...any) (*protocol.Finished, bool) {
 		return &protocol.Finished{Outcome: protocol.OutcomeAborted, Cause: cause, Reason: fmt.Sprintf(format, args...)}, metered
 	}
@@ -288,7 +312,7 @@ func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contrac
 	if err := os.MkdirAll(filepath.Join(dir, "input"), 0o700); err != nil {
 		return aborted(protocol.CauseInputs, "could not create the job folder: %v", err)
 	}
-	fetchCtx, cancelFetch := context.WithTimeout(n.ctx, 30*time.Minute)
+	fetchCtx, cancelFetch := context.WithTimeout(ctx, 30*time.Minute)
 	for _, in := range []struct{ cid, name string }{{ct.Dataset, datasetName}, {ct.Script, scriptName}} {
 		c, err := cid.Decode(in.cid)
 		if err != nil {
@@ -312,7 +336,7 @@ func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contrac
 		Output: func(stream, line string) {
 			conn.Send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: "pip: " + line, At: time.Now().UnixMilli()})
 		}}
-	if res, err := p.sandbox.Install(n.ctx, spec, ct.Packages); err != nil {
+	if res, err := p.sandbox.Install(ctx, spec, ct.Packages); err != nil {
 		return aborted(protocol.CauseSandbox, "the sandbox failed installing packages: %v", err)
 	} else if res.Outcome != sandbox.Completed {
 		return &protocol.Finished{Outcome: protocol.OutcomeFailed, Cause: protocol.CausePackages, ExitCode: res.ExitCode, Reason: "pip could not install the packages"}, false
@@ -327,23 +351,8 @@ func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contrac
 		return aborted(protocol.CauseSandbox, "the buyer went away")
 	}
 
-	runCtx, stop := context.WithCancel(n.ctx)
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	var buyerCancelled atomic.Bool
-	go func() { // the buyer's cancel, or its disappearance, stops the run
-		for {
-			m, _, _, err := conn.Receive()
-			if err != nil {
-				stop()
-				return
-			}
-			if _, ok := m.(*protocol.Cancel); ok {
-				buyerCancelled.Store(true)
-				stop()
-				return
-			}
-		}
-	}()
 	p.gpu.SetBusy(true)
 	defer p.gpu.SetBusy(false)
 	telemetryDone := make(chan struct{})
@@ -382,12 +391,8 @@ func (n *Node) runContract(p *provider, conn *protocol.Conn, ct protocol.Contrac
 	switch res.Outcome {
 	case sandbox.Completed:
 		return n.collectModel(dir, fin), metered
-	case sandbox.Cancelled:
-		if buyerCancelled.Load() {
-			fin.Outcome = protocol.OutcomeCancelled
-		} else {
-			fin.Outcome, fin.Cause = protocol.OutcomeAborted, protocol.CauseSandbox
-		}
+	case sandbox.Cancelled: // handleJob tells a buyer's cancel from a lost buyer
+		fin.Outcome, fin.Cause = protocol.OutcomeAborted, protocol.CauseSandbox
 	case sandbox.TimedOut:
 		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseCap
 	case sandbox.NoMain:
