@@ -33,7 +33,7 @@ type Config struct {
 	// PipFindLinks is a folder of wheels the providers install job
 	// packages from; empty means pip's default index.
 	PipFindLinks string
-	Logger      *slog.Logger
+	Logger       *slog.Logger
 }
 
 // PeerInfo is one peer in testnet.json.
