@@ -37,7 +37,8 @@ func Traceback(stderr []string) string {
 }
 
 var (
-	excLine   = regexp.MustCompile(`^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|[A-Za-z_][\w.]*): ?(.*)$`)
+	excLine   = regexp.MustCompile(`^([A-Za-z_][\w.]*)(: ?(.*))?$`)
+	excName   = regexp.MustCompile(`(Error|Exception|Interrupt|Exit|Warning)$`)
 	keyQuoted = regexp.MustCompile(`^['"](.*)['"]$`)
 	modName   = regexp.MustCompile(`No module named '([^']+)'`)
 	fileLine  = regexp.MustCompile(`File "([^"]+)", line (\d+)`)
@@ -51,8 +52,9 @@ func lastException(tb string) (typ, msg string) {
 		if strings.HasPrefix(l, "File ") || strings.HasPrefix(l, "^") {
 			continue
 		}
-		if m := excLine.FindStringSubmatch(l); m != nil && !strings.Contains(m[1], " ") {
-			return m[1], m[2]
+		// "ValueError: msg", or a bare "MemoryError" without a message.
+		if m := excLine.FindStringSubmatch(l); m != nil && (m[2] != "" || excName.MatchString(m[1])) {
+			return m[1], m[3]
 		}
 	}
 	return "", ""

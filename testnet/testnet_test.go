@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,6 +155,18 @@ func TestJobEndToEnd(t *testing.T) {
 	}
 	if len(model.Weights) != 3 || model.Accuracy < 0.85 {
 		t.Fatalf("model did not train: %+v", model)
+	}
+	req, _ := http.NewRequest("GET", tn.Info.Buyer.API+"/api/jobs/"+job.ID+"/model", nil)
+	req.Header.Set("Authorization", "Bearer "+tn.Info.Buyer.Token)
+	req.Header.Set("Range", "bytes=2-11")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(part, body[2:12]) {
+		t.Fatalf("range request: %s, %q", resp.Status, part)
 	}
 
 	// The ledger, to the paisa.

@@ -1,0 +1,148 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trisparc/gaas/api"
+	"github.com/trisparc/gaas/coordinator"
+	"github.com/trisparc/gaas/store"
+)
+
+// startBuyer starts a coordinator and one buyer node on loopback.
+func startBuyer(t *testing.T) (*Node, *coordinator.Coordinator) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	co, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(t.TempDir(), "c"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { co.Close() })
+	n, err := Start(Config{DataDir: filepath.Join(t.TempDir(), "b"), Coordinator: co.Peer.Addrs()[0], Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n, co
+}
+
+func request(t *testing.T, n *Node, method, path, token, contentType string, body io.Reader) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, n.APIURL()+path, body)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func TestAPIRefusesBadRequests(t *testing.T) {
+	n, _ := startBuyer(t)
+	tok := n.Token()
+	for _, tc := range []struct {
+		name, method, path, token, ct, body string
+		status                              int
+		code                                string
+	}{
+		{"health needs no token", "GET", "/api/health", "", "", "", 200, ""},
+		{"no token", "GET", "/api/tiers", "", "", "", 401, api.CodeUnauthorized},
+		{"wrong token", "GET", "/api/jobs", "nope", "", "", 401, api.CodeUnauthorized},
+		{"unknown route", "GET", "/api/nothing", tok, "", "", 404, api.CodeNotFound},
+		{"job as text", "POST", "/api/jobs", tok, "text/plain", `{}`, 415, api.CodeBadRequest},
+		{"malformed JSON", "POST", "/api/jobs", tok, "application/json", `{"tier":`, 400, api.CodeBadRequest},
+		{"unknown field", "POST", "/api/jobs", tok, "application/json", `{"tier":"pro","gpu":"free"}`, 400, api.CodeBadRequest},
+		{"oversized JSON", "POST", "/api/jobs", tok, "application/json", `{"tier":"` + strings.Repeat("x", 100<<10) + `"}`, 400, api.CodeBadRequest},
+		{"unknown tier", "POST", "/api/jobs", tok, "application/json", `{"tier":"ultra"}`, 400, api.CodeUnknownTier},
+		{"dataset never uploaded", "POST", "/api/jobs", tok, "application/json", `{"tier":"pro","dataset":"bafkxyz","script":"bafkxyz"}`, 400, api.CodeInvalidInput},
+		{"dataset without a name", "POST", "/api/datasets", tok, "text/csv", "a,b\n1,2\n", 400, api.CodeBadRequest},
+		{"dataset not .csv", "POST", "/api/datasets?name=data.xlsx", tok, "text/csv", "a,b\n1,2\n", 400, api.CodeInvalidInput},
+		{"dataset path", "POST", "/api/datasets?name=../../etc/x.csv", tok, "text/csv", "a,b\n1,2\n", 400, api.CodeInvalidInput},
+		{"empty dataset", "POST", "/api/datasets?name=d.csv", tok, "text/csv", "", 422, api.CodeInvalidInput},
+		{"script without main", "POST", "/api/scripts?name=t.py", tok, "text/x-python", "x = 1\n", 422, api.CodeInvalidInput},
+		{"unknown job", "GET", "/api/jobs/j-404", tok, "", "", 404, api.CodeNotFound},
+		{"bad paging", "GET", "/api/jobs?limit=lots", tok, "", "", 400, api.CodeBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := request(t, n, tc.method, tc.path, tc.token, tc.ct, strings.NewReader(tc.body))
+			if status != tc.status || (tc.code != "" && (body["code"] != tc.code || body["error"] == "")) {
+				t.Fatalf("%d %v, want %d %s", status, body, tc.status, tc.code)
+			}
+		})
+	}
+}
+
+// TestHoldRefusedStoresNothing: a buyer without funds gets a clear
+// refusal, and no job is stored.
+func TestHoldRefusedStoresNothing(t *testing.T) {
+	n, _ := startBuyer(t)
+	ctx := context.Background()
+	ds, err := n.UploadDataset(ctx, "d.csv", strings.NewReader("a,b\n1,2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := n.UploadScript(ctx, "t.py", strings.NewReader("def main():\n    pass\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(api.JobSpec{Tier: "pro", Dataset: ds.CID, Script: sc.CID})
+	status, body := request(t, n, "POST", "/api/jobs", n.Token(), "application/json", bytes.NewReader(data))
+	if status != http.StatusPaymentRequired || !strings.Contains(body["error"].(string), "Not enough balance: this job can cost up to ₹50") {
+		t.Fatalf("%d %v", status, body)
+	}
+	if jobs, total, _ := n.store.Jobs(0, 10); total != 0 || len(jobs) != 0 {
+		t.Fatalf("a refused job was stored: %+v", jobs)
+	}
+}
+
+func TestStoreEventsAndPaging(t *testing.T) {
+	s, err := store.Open(filepath.Join(t.TempDir(), "node.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i, id := range []string{"a", "b", "c"} {
+		j := store.Job{ID: id, CreatedAt: testTime(i)}
+		j.SetState(store.Queued, j.CreatedAt)
+		if err := s.CreateJob(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateJob(store.Job{ID: "a"}); err == nil {
+		t.Fatal("a second job with the same ID was stored")
+	}
+	jobs, total, _ := s.Jobs(1, 1)
+	if total != 3 || len(jobs) != 1 || jobs[0].ID != "b" {
+		t.Fatalf("page 2 of 1: %d %+v", total, jobs)
+	}
+	s.AppendLogs("a", []store.Event{{Stream: "stdout", Line: "one"}, {Stream: "stdout", Line: "two"}})
+	_, ev, _ := s.UpdateJob("a", func(j *store.Job) error { j.SetState(store.Running, testTime(9)); return nil })
+	if ev == nil || ev.Seq != 4 || ev.State != store.Running {
+		t.Fatalf("state event %+v", ev)
+	}
+	evs, _ := s.Events("a", 2)
+	if len(evs) != 2 || evs[0].Line != "two" || evs[1].State != store.Running {
+		t.Fatalf("events after 2: %+v", evs)
+	}
+	if _, err := s.Job("zzz"); err != store.ErrNotFound {
+		t.Fatalf("missing job: %v", err)
+	}
+}
+
+func testTime(i int) time.Time { return time.Date(2026, 11, 29, 12, i, 0, 0, time.UTC) }
