@@ -77,42 +77,47 @@ func (n *Node) Events(ctx context.Context, id string, after uint64) (<-chan api.
 			}
 			return ev.Kind == api.EventState && api.Final(ev.State)
 		}
+		// Subscribe before reading the store, so nothing falls between the
+		// two; a listener that fell behind starts over from the store.
 		for {
 			sub, unsub := n.subscribe(id)
-			stored, err := n.store.Events(id, last)
-			if err != nil {
-				unsub()
+			done, behind := n.replay(ctx, id, &last, sub, send)
+			unsub()
+			if done || !behind {
 				return
 			}
-			for _, e := range stored {
-				if send(eventView(e)) {
-					unsub()
-					return
-				}
-			}
-			for {
-				select {
-				case ev, ok := <-sub:
-					if !ok { // fell behind: catch up from the store
-						goto again
-					}
-					if send(ev) {
-						unsub()
-						return
-					}
-				case <-ctx.Done():
-					unsub()
-					return
-				case <-n.ctx.Done():
-					unsub()
-					return
-				}
-			}
-		again:
-			unsub()
 		}
 	}()
 	return out, nil
+}
+
+// replay sends the stored events after *last, then live ones from sub.
+// done: the job ended or the caller left; behind: sub was dropped.
+func (n *Node) replay(ctx context.Context, id string, last *uint64, sub <-chan api.Event, send func(api.Event) bool) (done, behind bool) {
+	stored, err := n.store.Events(id, *last)
+	if err != nil {
+		return true, false
+	}
+	for _, e := range stored {
+		if send(eventView(e)) {
+			return true, false
+		}
+	}
+	for {
+		select {
+		case ev, ok := <-sub:
+			if !ok {
+				return false, true
+			}
+			if send(ev) {
+				return true, false
+			}
+		case <-ctx.Done():
+			return true, false
+		case <-n.ctx.Done():
+			return true, false
+		}
+	}
 }
 
 // Logs returns a job's logged events.

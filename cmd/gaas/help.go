@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 const helpText = `gaas: a peer-to-peer GPU marketplace.
 
@@ -56,7 +59,7 @@ func (c *cli) help(args []string) {
 			return
 		}
 		if args[0] != "help" {
-			c.run(nil, []string{args[0], "--help"})
+			c.run(context.Background(), []string{args[0], "--help"})
 			return
 		}
 	}

@@ -46,7 +46,7 @@ func (c *cli) node(ctx context.Context, args []string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	cfg := node.Config{DataDir: *data, Listen: *listen, APIAddr: *apiAddr, Coordinator: *coord, Bootstrap: *bootstrap, Provider: *provider, PipIndexURL: *pipIndex, PipFindLinks: *pipLinks, Logger: c.logger(logWarn)}
+	cfg := node.Config{DataDir: *data, Listen: *listen, APIAddr: *apiAddr, Coordinator: *coord, Bootstrap: *bootstrap, PipIndexURL: *pipIndex, PipFindLinks: *pipLinks, Logger: c.logger(logWarn)}
 	if cfg.Coordinator == "" {
 		cfg.Coordinator = file.Coordinator
 	}
@@ -85,8 +85,13 @@ func (c *cli) node(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stdout, "  listening  %s\n", a)
 	}
 	fmt.Fprintf(c.stdout, "  API        %s (token in %s)\n", n.APIURL(), filepath.Join(*data, node.TokenFile))
-	if cfg.Provider {
-		fmt.Fprintln(c.stdout, "  provider mode on")
+	if *provider {
+		// A machine that cannot provide still runs as a buyer.
+		if err := n.SetProvider(true); err != nil {
+			fmt.Fprintf(c.stdout, "  provider mode off: %s\n", sentence(err))
+		} else {
+			fmt.Fprintln(c.stdout, "  provider mode on")
+		}
 	}
 	fmt.Fprintf(c.stdout, "Use it: export GAAS_NODE=%s GAAS_TOKEN=%s\n", n.APIURL(), n.Token())
 	<-ctx.Done()
