@@ -196,6 +196,15 @@ func (n *Node) match(ctx context.Context, job store.Job) (*session, error) {
 	}
 }
 
+// shortPeer abbreviates a peer ID for people: "12D3KooW…kRAAVm".
+func shortPeer(id peer.ID) string {
+	s := id.String()
+	if len(s) <= 16 {
+		return s
+	}
+	return s[:8] + "…" + s[len(s)-6:]
+}
+
 func tierTitle(name string) string {
 	if name == "" {
 		return name
@@ -346,7 +355,7 @@ func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *s
 		j.Attempts++
 		return nil
 	})
-	n.notice(job.ID, fmt.Sprintf("Matched with provider %s (%s)", sess.provider.ShortString(), gpuLabel))
+	n.notice(job.ID, fmt.Sprintf("Matched with provider %s (%s)", shortPeer(sess.provider), gpuLabel))
 	run.mu.Lock()
 	run.conn = sess.conn
 	run.mu.Unlock()

@@ -28,6 +28,7 @@ or GAAS_TOKEN, or the token in GAAS_DATA):
                                the job's output
   job cancel ID                stop a job; a running job is charged for
                                the seconds it ran
+  job model ID [--out DIR]     save a completed job's model again
   ledger balance [--json]      this node's balance at the coordinator
 
 Inspect this machine:
@@ -45,6 +46,7 @@ var commandHelp = map[string]string{
   gaas job show ID [--json]
   gaas job logs ID [--follow] [--json]
   gaas job cancel ID
+  gaas job model ID [--out DIR]
 Each takes --node URL (GAAS_NODE) and --token TOKEN (GAAS_TOKEN).
 `,
 	"ledger": `Usage:

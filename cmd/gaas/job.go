@@ -22,7 +22,7 @@ import (
 func (c *cli) job(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		c.help([]string{"job"})
-		return usagef("job: say what to do: submit, list, show, logs or cancel")
+		return usagef("job: say what to do: submit, list, show, logs, cancel or model")
 	}
 	switch args[0] {
 	case "submit":
@@ -35,8 +35,10 @@ func (c *cli) job(ctx context.Context, args []string) error {
 		return c.jobLogs(ctx, args[1:])
 	case "cancel":
 		return c.jobCancel(ctx, args[1:])
+	case "model":
+		return c.jobModel(ctx, args[1:])
 	}
-	return usagef("job: unknown subcommand %q (submit, list, show, logs, cancel)", args[0])
+	return usagef("job: unknown subcommand %q (submit, list, show, logs, cancel, model)", args[0])
 }
 
 // submission is a job as the person gave it.
@@ -440,5 +442,26 @@ func (c *cli) jobCancel(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "Cancelling job %s (was %s). A running job is charged for the seconds it ran; see: gaas job show %s\n", j.ID, j.State, j.ID)
+	return nil
+}
+
+func (c *cli) jobModel(ctx context.Context, args []string) error {
+	f := c.flags("job model")
+	cf := f.client()
+	out := f.String("out", ".", "folder to save the model in")
+	id, err := oneID(f, args, "model")
+	if err != nil {
+		return err
+	}
+	cl := cf.client()
+	j, err := cl.Job(ctx, id)
+	if err != nil {
+		return err
+	}
+	path, err := saveModel(ctx, cl, j, *out)
+	if err != nil {
+		return fmt.Errorf("saving the model of job %s: %s", id, sentence(err))
+	}
+	fmt.Fprintf(c.stdout, "Model     %s (%d bytes, CID %s)\n", path, j.Model.Size, j.Model.CID)
 	return nil
 }

@@ -85,6 +85,13 @@ func TestSubmitDownloadsModelAndReportsCharge(t *testing.T) {
 	if r = gaas(t, env, "job", "logs", id); r.code != 0 || !strings.Contains(r.stdout, "saved model.json") {
 		t.Fatalf("job logs: %d %s", r.code, r.stdout)
 	}
+	again := t.TempDir()
+	if r = gaas(t, env, "job", "model", id, "--out", again); r.code != 0 {
+		t.Fatalf("job model: %+v", r)
+	}
+	if saved, _ := os.ReadFile(filepath.Join(again, "model.json")); !bytes.Equal(saved, model) {
+		t.Fatal("job model saved different bytes")
+	}
 	r = gaas(t, env, "ledger", "balance", "--json")
 	var b api.Balance
 	if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || b.Available != testnet.DefaultBuyerCredit-job.Charged {
