@@ -147,3 +147,21 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// FuzzConnReceive feeds arbitrary bytes to the stream framing.
+func FuzzConnReceive(f *testing.F) {
+	key := newKey(f)
+	var buf bytes.Buffer
+	NewConn(&buf, key).Send(&Log{JobID: "j", Line: "epoch 1"})
+	f.Add(buf.Bytes())
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{0x02, '{', '}'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := NewConn(bytes.NewBuffer(data), key)
+		for i := 0; i < 4; i++ {
+			if _, _, _, err := c.Receive(); err != nil {
+				return
+			}
+		}
+	})
+}

@@ -34,8 +34,8 @@ or GAAS_TOKEN, or the token in GAAS_DATA):
 Inspect this machine:
   gpu          the NVIDIA GPUs found and the tier each can serve
 
-Every flag can also be set from the environment variable named in
-'gaas COMMAND --help'. GAAS_LOG=debug|info|warn|error sets how much the
+Flags that set up a peer or say which node to talk to can also come from
+environment variables; 'gaas COMMAND --help' names them. GAAS_LOG=debug|info|warn|error sets how much the
 peers log (default: warnings and errors only).
 `
 
