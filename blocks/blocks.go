@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/ipfs/boxo/bitswap"
 	"github.com/ipfs/boxo/bitswap/network/bsnet"
@@ -29,17 +30,23 @@ import (
 	pebbleds "github.com/ipfs/go-ds-pebble"
 	ipld "github.com/ipfs/go-ipld-format"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 var profile = uio.UnixFS_v1_2025
 
-// Store is a peer's blockstore with bitswap in front of it.
+// Store is a peer's blockstore with bitswap in front of it. Bitswap
+// serves a block only to a peer it was granted to: a buyer's dataset goes
+// to the provider running its job and to nobody else.
 type Store struct {
 	ds    *pebbleds.Datastore
 	bs    blockstore.Blockstore
 	swap  *bitswap.Bitswap
 	dag   ipld.DAGService
 	local ipld.DAGService // never asks the network
+
+	mu     sync.Mutex
+	grants map[peer.ID]map[cid.Cid]int // block → how many grants cover it
 }
 
 // Open opens (or creates) the blockstore in dir and starts bitswap on h.
@@ -49,14 +56,56 @@ func Open(dir string, h host.Host) (*Store, error) {
 		return nil, fmt.Errorf("opening blockstore %s: %w", dir, err)
 	}
 	bs := blockstore.NewBlockstore(ds)
-	swap := bitswap.New(context.Background(), bsnet.NewFromIpfsHost(h), nil, bs)
-	return &Store{
-		ds:    ds,
-		bs:    bs,
-		swap:  swap,
-		dag:   merkledag.NewDAGService(blockservice.New(bs, swap)),
-		local: merkledag.NewDAGService(blockservice.New(bs, nil)),
-	}, nil
+	s := &Store{ds: ds, bs: bs, grants: map[peer.ID]map[cid.Cid]int{}}
+	s.swap = bitswap.New(context.Background(), bsnet.NewFromIpfsHost(h), nil, bs,
+		bitswap.WithPeerBlockRequestFilter(s.granted))
+	s.dag = merkledag.NewDAGService(blockservice.New(bs, s.swap))
+	s.local = merkledag.NewDAGService(blockservice.New(bs, nil))
+	return s, nil
+}
+
+func (s *Store) granted(p peer.ID, c cid.Cid) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grants[p][c] > 0
+}
+
+// Grant lets peer p fetch every block of the local DAGs under roots, until
+// Revoke.
+func (s *Store) Grant(ctx context.Context, p peer.ID, roots ...cid.Cid) error {
+	return s.changeGrant(ctx, p, roots, 1)
+}
+
+// Revoke undoes a Grant.
+func (s *Store) Revoke(ctx context.Context, p peer.ID, roots ...cid.Cid) error {
+	return s.changeGrant(ctx, p, roots, -1)
+}
+
+func (s *Store) changeGrant(ctx context.Context, p peer.ID, roots []cid.Cid, delta int) error {
+	var all []cid.Cid
+	for _, root := range roots {
+		err := merkledag.Walk(ctx, merkledag.GetLinksWithDAG(s.local), root, func(c cid.Cid) bool {
+			all = append(all, c)
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("listing the blocks of %s: %w", root, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grants[p] == nil {
+		s.grants[p] = map[cid.Cid]int{}
+	}
+	for _, c := range all {
+		if s.grants[p][c] += delta; s.grants[p][c] <= 0 {
+			delete(s.grants[p], c)
+		}
+	}
+	if len(s.grants[p]) == 0 {
+		delete(s.grants, p)
+	}
+	return nil
 }
 
 // Close stops bitswap and closes the blockstore.

@@ -55,6 +55,20 @@ func TestFetchOverBitswap(t *testing.T) {
 	if fileCID.Version() != 1 {
 		t.Fatalf("CID %s is not CIDv1", fileCID)
 	}
+	// Nothing is served that was not granted.
+	secret, err := a.ImportFile(ctx, bytes.NewReader([]byte("the buyer's private dataset")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 1500*time.Millisecond)
+	err = b.Fetch(short, secret)
+	cancelShort()
+	if err == nil {
+		t.Fatal("fetched a block that was never granted")
+	}
+	if err := a.Grant(ctx, hb.ID(), fileCID); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Fetch(ctx, fileCID); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +88,7 @@ func TestFetchOverBitswap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.Grant(ctx, hb.ID(), dirCID)
 	if err := b.Fetch(ctx, dirCID); err != nil {
 		t.Fatal(err)
 	}

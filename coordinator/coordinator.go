@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -39,8 +40,14 @@ type Config struct {
 	DataDir  string
 	Listen   []string
 	RateCard protocol.RateCard // zero means DefaultRateCard
-	Logger   *slog.Logger
+	// ProviderLost is how long after its last heartbeat a running
+	// provider is taken as lost; zero means DefaultProviderLost.
+	ProviderLost time.Duration
+	Logger       *slog.Logger
 }
+
+// DefaultProviderLost is three missed heartbeats and a little more.
+const DefaultProviderLost = 20 * time.Second
 
 // Coordinator is a running ledger peer.
 type Coordinator struct {
@@ -49,6 +56,13 @@ type Coordinator struct {
 	card   protocol.RateCard
 	log    *slog.Logger
 	now    func() time.Time
+	lost   time.Duration
+
+	mu        sync.Mutex
+	heartbeat map[string]time.Time // running job → its provider's last sign of life
+
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // Start opens the ledger and starts the peer.
@@ -78,14 +92,82 @@ func Start(cfg Config) (*Coordinator, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &Coordinator{Peer: peer, Ledger: l, card: card, log: log.With("peer", "coordinator"), now: time.Now}
+	lost := cfg.ProviderLost
+	if lost == 0 {
+		lost = DefaultProviderLost
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Coordinator{
+		Peer: peer, Ledger: l, card: card, log: log.With("peer", "coordinator"), now: time.Now, lost: lost,
+		heartbeat: map[string]time.Time{}, stop: cancel, done: make(chan struct{}),
+	}
 	peer.Host.SetStreamHandler(protocol.LedgerProtocol, c.handle)
+	go c.sweep(ctx)
 	return c, nil
 }
 
-// Close stops the peer and closes the ledger.
+// Close stops the sweeper and the peer, then closes the ledger.
 func (c *Coordinator) Close() error {
-	return errors.Join(c.Peer.Close(), c.Ledger.Close())
+	c.stop()
+	<-c.done
+	err := c.Peer.Close()
+	return errors.Join(err, c.Ledger.Close())
+}
+
+// sweep voids the holds of runs whose provider stopped sending
+// heartbeats: a provider that vanished is paid nothing, and neither is the
+// buyer charged.
+func (c *Coordinator) sweep(ctx context.Context) {
+	defer close(c.done)
+	tick := time.NewTicker(max(c.lost/4, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		holds, err := c.Ledger.OpenHolds()
+		if err != nil {
+			c.log.Error("listing open holds", "err", err)
+			continue
+		}
+		for _, h := range holds {
+			if h.StartedAt == 0 || c.alive(h.Job) {
+				continue
+			}
+			if _, err := c.Ledger.Release(h.Job, "the provider was lost: not charged"); err == nil {
+				c.log.Warn("provider lost", "job", h.Job, "provider", h.Provider)
+				c.forget(h.Job)
+			}
+		}
+	}
+}
+
+// alive reports whether a running job's provider was heard from lately. A
+// job the coordinator has not heard about since it restarted gets a fresh
+// grace period.
+func (c *Coordinator) alive(job string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, ok := c.heartbeat[job]
+	if !ok {
+		c.heartbeat[job] = c.now()
+		return true
+	}
+	return c.now().Sub(last) < c.lost
+}
+
+func (c *Coordinator) beat(job string) {
+	c.mu.Lock()
+	c.heartbeat[job] = c.now()
+	c.mu.Unlock()
+}
+
+func (c *Coordinator) forget(job string) {
+	c.mu.Lock()
+	delete(c.heartbeat, job)
+	c.mu.Unlock()
 }
 
 // RateCard is the coordinator's current rate card.
@@ -139,6 +221,18 @@ func (c *Coordinator) answer(m protocol.Message, signer peer.ID) (protocol.Messa
 		return c.cancel(m, signer)
 	case *protocol.AbortNotice:
 		return c.abort(m, signer)
+	case *protocol.Heartbeat:
+		h, err := c.holdOf(m.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if h.Provider != signer.String() {
+			return nil, refuse(protocol.CodeForbidden, "Only the provider running job %s sends its heartbeats.", m.JobID)
+		}
+		if h.State == ledger.Held {
+			c.beat(m.JobID)
+		}
+		return settlement(h), nil
 	case *protocol.SettlementRequest:
 		h, err := c.holdOf(m.JobID)
 		if err != nil {
@@ -192,6 +286,14 @@ func (c *Coordinator) start(m *protocol.StartNotice, provider peer.ID) (protocol
 		return nil, refuse(protocol.CodeBadRequest, "The start notice must carry the buyer's accept.")
 	}
 	ct := accept.Contract
+	inner, committer, err := protocol.Open(m.Commit)
+	if err != nil {
+		return nil, refuse(protocol.CodeForbidden, "The start notice carries no valid commit from the buyer: %v", err)
+	}
+	commit, ok := inner.(*protocol.Commit)
+	if !ok || committer != buyer || commit.JobID != m.JobID || commit.Provider != provider.String() {
+		return nil, refuse(protocol.CodeForbidden, "The buyer did not commit job %s to this provider.", m.JobID)
+	}
 	h, err := c.holdOf(m.JobID)
 	if err != nil {
 		return nil, err
@@ -209,6 +311,7 @@ func (c *Coordinator) start(m *protocol.StartNotice, provider peer.ID) (protocol
 	if err != nil {
 		return nil, err
 	}
+	c.beat(m.JobID)
 	c.log.Info("run started", "job", h.Job, "provider", provider)
 	return settlement(h), nil
 }
@@ -231,12 +334,15 @@ func (c *Coordinator) end(m *protocol.EndNotice, provider peer.ID) (protocol.Mes
 	if h.State != ledger.Held {
 		return settlement(h), nil // already settled by a cancel or an earlier notice
 	}
-	switch m.Outcome {
-	case protocol.OutcomeCompleted:
+	switch {
+	case m.Outcome == protocol.OutcomeCompleted:
 		h, err = c.Ledger.Settle(m.JobID, c.meteredSeconds(h), c.card.FeeBasisPoints, "completed")
-	case protocol.OutcomeCancelled:
+	case m.Outcome == protocol.OutcomeCancelled:
 		h, err = c.Ledger.Settle(m.JobID, c.meteredSeconds(h), c.card.FeeBasisPoints, "cancelled by the buyer")
-	case protocol.OutcomeFailed:
+	case m.Outcome == protocol.OutcomeFailed && m.Cause == protocol.CauseCap:
+		// The buyer's budget ran out: the cap is what it agreed to pay.
+		h, err = c.Ledger.Settle(m.JobID, min(c.meteredSeconds(h), h.CapSeconds), c.card.FeeBasisPoints, "stopped at the budget cap")
+	case m.Outcome == protocol.OutcomeFailed:
 		h, err = c.Ledger.Release(m.JobID, "the script failed: not charged")
 	default:
 		h, err = c.Ledger.Release(m.JobID, "the provider could not run the job: not charged")
@@ -244,6 +350,7 @@ func (c *Coordinator) end(m *protocol.EndNotice, provider peer.ID) (protocol.Mes
 	if err != nil {
 		return nil, err
 	}
+	c.forget(m.JobID)
 	c.log.Info("run ended", "job", h.Job, "outcome", m.Outcome, "seconds", h.Seconds, "charged", h.Charged)
 	return settlement(h), nil
 }
@@ -267,6 +374,7 @@ func (c *Coordinator) cancel(m *protocol.CancelNotice, buyer peer.ID) (protocol.
 	if err != nil {
 		return nil, err
 	}
+	c.forget(m.JobID)
 	return settlement(h), nil
 }
 
@@ -278,11 +386,22 @@ func (c *Coordinator) abort(m *protocol.AbortNotice, buyer peer.ID) (protocol.Me
 	if h.Buyer != buyer.String() {
 		return nil, refuse(protocol.CodeForbidden, "Only the job's buyer may report its provider lost.")
 	}
-	if h.State == ledger.Held {
-		if h, err = c.Ledger.Release(m.JobID, "the provider was lost: not charged"); err != nil {
-			return nil, err
-		}
+	if h.State != ledger.Held {
+		return settlement(h), nil
 	}
+	// The buyer's word alone does not void a run that started: only the
+	// provider's silence does, or a buyer could take a finished run free.
+	reason := "the job never started: not charged"
+	if h.StartedAt != 0 {
+		if c.alive(m.JobID) {
+			return nil, refuse(protocol.CodeConflict, "The provider of job %s is still sending heartbeats; its end notice will settle the job.", m.JobID)
+		}
+		reason = "the provider was lost: not charged"
+	}
+	if h, err = c.Ledger.Release(m.JobID, reason); err != nil {
+		return nil, err
+	}
+	c.forget(m.JobID)
 	return settlement(h), nil
 }
 

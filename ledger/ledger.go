@@ -268,6 +268,24 @@ func (l *Ledger) HeldFor(buyer string) int64 {
 	return total
 }
 
+// OpenHolds returns the holds not yet resolved.
+func (l *Ledger) OpenHolds() ([]Hold, error) {
+	var out []Hold
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketHolds).ForEach(func(_, v []byte) error {
+			var h Hold
+			if err := json.Unmarshal(v, &h); err != nil {
+				return err
+			}
+			if h.State == Held {
+				out = append(out, h)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
 // Journal returns every entry in order.
 func (l *Ledger) Journal() ([]Entry, error) {
 	var out []Entry

@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/trisparc/gaas/api"
+	"github.com/trisparc/gaas/coordinator"
 	"github.com/trisparc/gaas/explain"
 	"github.com/trisparc/gaas/inputs"
 	"github.com/trisparc/gaas/money"
@@ -84,8 +85,15 @@ func (n *Node) CreateJob(ctx context.Context, spec api.JobSpec) (api.Job, error)
 		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "Package %v.", err)
 	}
 	id := newJobID()
-	hold, err := n.coord.Send(ctx, &protocol.HoldRequest{JobID: id, Tier: tier.Name, CapSeconds: capSeconds})
+	// The hold must not be orphaned by a client that hangs up mid-request:
+	// it runs to its own deadline, and anything short of a clear refusal
+	// is voided.
+	hold, err := n.coord.Send(context.WithoutCancel(ctx), &protocol.HoldRequest{JobID: id, Tier: tier.Name, CapSeconds: capSeconds})
 	if err != nil {
+		var pe *protocol.Error
+		if !errors.As(err, &pe) {
+			n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: id, Reason: "the hold's answer was lost"})
+		}
 		return api.Job{}, coordinatorError(err)
 	}
 	now := time.Now()
@@ -130,15 +138,36 @@ type session struct {
 
 func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
 	sess, err := n.match(ctx, job)
-	if err != nil {
-		if n.ctx.Err() != nil {
-			return // the node is closing; the job is recovered on restart
-		}
+	switch {
+	case n.ctx.Err() != nil:
+		return // the node is closing; the job is recovered on restart
+	case err != nil && ctx.Err() != nil: // cancelled while queued
 		set, _ := n.coord.Send(context.Background(), &protocol.CancelNotice{JobID: job.ID})
 		n.finish(job.ID, store.Cancelled, set, nil)
 		return
+	case err != nil:
+		set, _ := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: "matching failed"})
+		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
+			j.Explanation = "The job could not be matched with a provider: " + err.Error()
+		})
+		return
 	}
 	n.follow(ctx, run, job, sess)
+	// follow ends a job in every way the provider tells of; what remains is
+	// a cancel whose provider never answered.
+	if j, err := n.store.Job(job.ID); err == nil && !store.Terminal(j.State) && n.ctx.Err() == nil {
+		state := store.Failed
+		run.mu.Lock()
+		if run.cancelled {
+			state = store.Cancelled
+		}
+		run.mu.Unlock()
+		n.finish(job.ID, state, n.awaitSettlement(job.ID), func(j *store.Job) {
+			if state == store.Failed {
+				j.Explanation = "The provider stopped answering before the job finished."
+			}
+		})
+	}
 }
 
 // match finds a provider of the job's tier and gets its confirmation,
@@ -280,6 +309,10 @@ func collectOffers(ctx context.Context, offers <-chan offerFrom, job string) []o
 // handleOffer receives a provider's offer for one of our jobs.
 func (n *Node) handleOffer(s network.Stream) {
 	defer s.Close()
+	if !n.enter() {
+		return
+	}
+	defer n.leave()
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	m, signer, _, err := protocol.NewConn(s, n.peer.Key).Receive()
 	if err != nil {
@@ -333,6 +366,17 @@ func (n *Node) accept(ctx context.Context, job store.Job, o offerFrom) (*session
 			s.Reset()
 			return nil, fmt.Errorf("the provider confirmed a different contract")
 		}
+		// Only now may this provider fetch the inputs, and only now can it
+		// have the meter started: the commit is what the coordinator checks.
+		if err := n.grantInputs(ctx, job, o.from, true); err != nil {
+			s.Reset()
+			return nil, err
+		}
+		if err := conn.Send(&protocol.Commit{JobID: job.ID, Provider: o.from.String()}); err != nil {
+			n.grantInputs(context.Background(), job, o.from, false)
+			s.Reset()
+			return nil, err
+		}
 		return &session{stream: s, conn: conn, provider: o.from, offer: o.offer}, nil
 	case *protocol.Decline:
 		s.Close()
@@ -342,10 +386,28 @@ func (n *Node) accept(ctx context.Context, job store.Job, o offerFrom) (*session
 	return nil, fmt.Errorf("unexpected %s", m.Kind())
 }
 
+// grantInputs lets a provider fetch a job's dataset and script, or takes
+// that back.
+func (n *Node) grantInputs(ctx context.Context, job store.Job, p peer.ID, grant bool) error {
+	var roots []cid.Cid
+	for _, s := range []string{job.Dataset.CID, job.Script.CID} {
+		c, err := cid.Decode(s)
+		if err != nil {
+			return err
+		}
+		roots = append(roots, c)
+	}
+	if grant {
+		return n.blocks.Grant(ctx, p, roots...)
+	}
+	return n.blocks.Revoke(ctx, p, roots...)
+}
+
 // follow records a confirmed job's run until it ends.
 func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *session) {
 	n.peer.Host.ConnManager().Protect(sess.provider, "gaas-job-"+job.ID)
 	defer n.peer.Host.ConnManager().Unprotect(sess.provider, "gaas-job-"+job.ID)
+	defer n.grantInputs(context.Background(), job, sess.provider, false)
 	gpuLabel := sess.offer.GPU
 	if sess.offer.Simulated && !strings.Contains(gpuLabel, "simulated") {
 		gpuLabel += " (simulated)"
@@ -434,23 +496,37 @@ func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *s
 	}
 }
 
-// providerLost ends a job whose provider vanished mid-run: the hold is
-// voided, so nobody pays.
+// providerLost ends a job whose stream broke before the provider said how
+// it ended. The coordinator voids the hold once the provider's heartbeats
+// have stopped, or settles it when the provider's end notice arrives;
+// until one of those, the buyer keeps asking.
 func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) {
+	n.log.Warn("job stream lost", "job", job.ID, "err", cause)
+	var set *protocol.Settlement
+	deadline := time.Now().Add(2 * coordinator.DefaultProviderLost)
+	for n.ctx.Err() == nil && time.Now().Before(deadline) {
+		var err error
+		set, err = n.coord.Send(n.ctx, &protocol.AbortNotice{JobID: job.ID, Reason: "the job stream broke"})
+		if err == nil && set.State != protocol.HoldHeld {
+			break
+		}
+		select {
+		case <-n.ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	if n.ctx.Err() != nil {
+		return // recovered on restart
+	}
 	run.mu.Lock()
 	cancelled := run.cancelled
 	run.mu.Unlock()
-	set, err := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: "provider lost"})
-	if err != nil {
-		n.log.Warn("reporting a lost provider", "job", job.ID, "err", err)
-	}
 	if cancelled {
 		n.finish(job.ID, store.Cancelled, set, nil)
 		return
 	}
-	n.log.Warn("provider lost", "job", job.ID, "err", cause)
 	n.finish(job.ID, store.Failed, set, func(j *store.Job) {
-		j.Explanation = "The provider running your job disconnected before it finished. Nothing was charged; retry the job to run it on another GPU."
+		j.Explanation = "The provider running your job disconnected before it finished. Retry the job to run it on another GPU."
 	})
 }
 
@@ -490,7 +566,7 @@ func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished
 		}
 		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
 			j.Telemetry = last
-			j.Explanation = fmt.Sprintf("The provider could not run the job (%s). Nothing was charged; retry the job to run it on another GPU.", m.Reason)
+			j.Explanation = fmt.Sprintf("The provider could not run the job (%s). Retry the job to run it on another GPU.", m.Reason)
 		})
 	}
 }
@@ -608,8 +684,9 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 	} else if err := conn.Send(&protocol.Cancel{JobID: id}); err != nil {
 		run.cancel()
 	} else {
-		// A provider that does not answer within seconds is cut off.
-		time.AfterFunc(10*time.Second, run.cancel)
+		// A provider that does not answer is cut off, after long enough for
+		// its end notice to reach the coordinator.
+		time.AfterFunc(30*time.Second, run.cancel)
 	}
 	j, _ := n.job(id)
 	return n.view(j), nil

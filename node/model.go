@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"path/filepath"
+	"strings"
 
 	"github.com/ipfs/boxo/files"
 	"github.com/ipfs/go-cid"
@@ -42,8 +43,13 @@ func (n *Node) Model(ctx context.Context, id string) (*api.ModelFile, error) {
 		}
 		return &api.ModelFile{Name: j.Model.Name, CID: j.Model.CID, Size: j.Model.Size, ContentType: ct, Body: nd}, nil
 	case files.Directory:
+		if !n.enter() {
+			nd.Close()
+			return nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "The node is shutting down.")
+		}
 		pr, pw := io.Pipe()
 		go func() {
+			defer n.leave()
 			defer nd.Close()
 			pw.CloseWithError(writeTarGz(pw, nd))
 		}()
@@ -59,6 +65,12 @@ func writeTarGz(w io.Writer, dir files.Directory) error {
 	err := files.Walk(dir, func(path string, nd files.Node) error {
 		if path == "" {
 			return nil
+		}
+		// Names come from the provider's DAG: none may climb out of the archive.
+		for _, part := range strings.Split(path, "/") {
+			if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "\\\x00") {
+				return fmt.Errorf("the model holds an unsafe file name %q", path)
+			}
 		}
 		switch nd := nd.(type) {
 		case files.Directory:

@@ -72,6 +72,9 @@ type Node struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// Stream handlers hold closing for reading while they use the stores;
+	// Close takes it for writing before closing them.
+	closing sync.RWMutex
 
 	mu       sync.Mutex
 	card     *protocol.RateCard
@@ -173,6 +176,8 @@ func (n *Node) Close() error {
 		cancel()
 	}
 	n.wg.Wait()
+	n.closing.Lock()
+	defer n.closing.Unlock()
 	if n.blocks != nil {
 		errs = append(errs, n.blocks.Close())
 	}
@@ -237,7 +242,21 @@ func (n *Node) serveAPI() error {
 	return nil
 }
 
-// go runs f in the background until the node closes.
+// enter is called by work the node did not start itself (stream
+// handlers, downloads) before it touches the stores; it reports false once
+// the node is closing. Pair it with leave.
+func (n *Node) enter() bool {
+	n.closing.RLock()
+	if n.ctx.Err() != nil {
+		n.closing.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (n *Node) leave() { n.closing.RUnlock() }
+
+// goBackground runs f in the background until the node closes.
 func (n *Node) goBackground(f func()) {
 	n.wg.Add(1)
 	go func() {

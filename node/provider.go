@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/gpu"
+	"github.com/trisparc/gaas/inputs"
 	"github.com/trisparc/gaas/p2p"
 	"github.com/trisparc/gaas/protocol"
 	"github.com/trisparc/gaas/sandbox"
@@ -182,14 +184,47 @@ func (n *Node) offer(ctx context.Context, p *provider, req *protocol.JobRequest)
 	})
 }
 
-var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+var (
+	jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+	safeNameRe   = regexp.MustCompile(`^[A-Za-z0-9._ -]{1,100}$`)
+)
 
-// handleJob takes an accepted contract: confirm it if free, then run it.
+// Provider-side timings.
+const (
+	heartbeatEvery = 5 * time.Second
+	sendTimeout    = 30 * time.Second // a buyer that reads nothing this long is gone
+	endNoticeFor   = 2 * time.Minute  // keep telling the coordinator how a run ended
+)
+
+// jobStream is the provider's end of a job stream. Writes time out, so a
+// buyer that stops reading cannot freeze the provider; a failed write ends
+// the job.
+type jobStream struct {
+	s    network.Stream
+	conn *protocol.Conn
+	stop context.CancelFunc
+}
+
+func (js *jobStream) send(m protocol.Message) error {
+	js.s.SetWriteDeadline(time.Now().Add(sendTimeout))
+	err := js.conn.Send(m)
+	if err != nil {
+		js.stop()
+	}
+	return err
+}
+
+// handleJob takes an accepted contract: confirm it if free, wait for the
+// buyer's commit, then run it.
 func (n *Node) handleJob(s network.Stream) {
+	if !n.enter() {
+		s.Reset()
+		return
+	}
+	defer n.leave()
 	conn := protocol.NewConn(s, n.peer.Key)
 	s.SetReadDeadline(time.Now().Add(10 * time.Second))
-	m, signer, env, err := conn.Receive()
-	s.SetReadDeadline(time.Time{})
+	m, signer, acceptEnv, err := conn.Receive()
 	if err != nil {
 		s.Reset()
 		return
@@ -207,6 +242,7 @@ func (n *Node) handleJob(s network.Stream) {
 	n.mu.Lock()
 	p := n.provider
 	n.mu.Unlock()
+	_, pkgErr := inputs.CheckPackages(ct.Packages)
 	switch {
 	case signer != s.Conn().RemotePeer() || ct.Buyer != signer.String() || ct.Provider != n.ID().String():
 		s.Reset()
@@ -217,7 +253,7 @@ func (n *Node) handleJob(s network.Stream) {
 	case ct.Tier != p.tier.Name || ct.RatePaisePerHour != p.tier.RatePaisePerHour:
 		decline("this provider serves " + p.tier.Name + " at a different rate")
 		return
-	case !jobIDPattern.MatchString(ct.JobID) || ct.CapSeconds <= 0:
+	case !jobIDPattern.MatchString(ct.JobID) || ct.CapSeconds <= 0 || pkgErr != nil:
 		decline("malformed contract")
 		return
 	case !p.busy.CompareAndSwap(false, true):
@@ -229,13 +265,23 @@ func (n *Node) handleJob(s network.Stream) {
 		s.Reset()
 		return
 	}
-	n.log.Info("job accepted", "job", ct.JobID, "buyer", signer.ShortString())
+	// Only the buyer's commit, after our confirm, lets the meter start.
+	m, committer, commitEnv, err := conn.Receive()
+	s.SetReadDeadline(time.Time{})
+	commit, ok := m.(*protocol.Commit)
+	if err != nil || !ok || committer != signer || commit.JobID != ct.JobID || commit.Provider != n.ID().String() {
+		s.Reset()
+		return
+	}
+	n.log.Info("job accepted", "job", ct.JobID, "buyer", shortPeer(signer))
 	n.peer.Host.ConnManager().Protect(signer, "gaas-job-"+ct.JobID)
 	defer n.peer.Host.ConnManager().Unprotect(signer, "gaas-job-"+ct.JobID)
+
 	// One reader for the rest of the stream's life: the buyer's cancel, or
 	// its disappearance, stops the job.
 	jobCtx, stop := context.WithCancel(n.ctx)
 	defer stop()
+	js := &jobStream{s: s, conn: conn, stop: stop}
 	var cancelled atomic.Bool
 	readerDone := make(chan struct{})
 	go func() {
@@ -252,7 +298,7 @@ func (n *Node) handleJob(s network.Stream) {
 			}
 		}
 	}()
-	fin, metered := n.runContract(jobCtx, p, conn, ct, env)
+	fin, metered := n.runContract(jobCtx, p, js, ct, acceptEnv, commitEnv)
 	if fin.Outcome == protocol.OutcomeAborted && cancelled.Load() {
 		fin.Outcome, fin.Cause = protocol.OutcomeCancelled, ""
 	}
@@ -262,44 +308,67 @@ func (n *Node) handleJob(s network.Stream) {
 	if metered {
 		n.sendEnd(ct.JobID, fin)
 	}
-	conn.Send(fin)
+	if fin.Model != "" {
+		if c, err := cid.Decode(fin.Model); err == nil {
+			// The buyer may fetch the model; the grant lasts while this node runs.
+			n.blocks.Grant(n.ctx, signer, c)
+		}
+	}
+	js.send(fin)
 	s.CloseWrite()
 	// Keep the stream open until the buyer has read the result and closed.
 	s.SetReadDeadline(time.Now().Add(30 * time.Second))
+	stopOnClose := context.AfterFunc(n.ctx, func() { s.Reset() })
 	<-readerDone
+	stopOnClose()
 	s.Close()
 	n.log.Info("job done", "job", ct.JobID, "outcome", fin.Outcome)
 }
 
+// sendEnd tells the coordinator how a metered run ended, retrying for a
+// while: until it hears, the buyer's funds stay held. It does not give up
+// because this node is shutting down.
 func (n *Node) sendEnd(job string, fin *protocol.Finished) {
-	for attempt := 0; attempt < 5; attempt++ {
-		_, err := n.coord.Send(n.ctx, &protocol.EndNotice{JobID: job, Outcome: fin.Outcome, Model: fin.Model})
+	limit := endNoticeFor
+	if n.ctx.Err() != nil {
+		limit = 5 * time.Second // shutting down: try, but do not hold the shutdown up
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+		_, err := n.coord.Send(ctx, &protocol.EndNotice{JobID: job, Outcome: fin.Outcome, Cause: fin.Cause, Model: fin.Model})
 		if err == nil {
 			return
 		}
 		var pe *protocol.Error
-		if errors.As(err, &pe) || n.ctx.Err() != nil {
+		if errors.As(err, &pe) {
 			n.log.Warn("end notice refused", "job", job, "err", err)
 			return
 		}
-		time.Sleep(time.Duration(attempt+1) * 500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			n.log.Error("the coordinator never heard how the run ended", "job", job, "err", err)
+			return
+		case <-time.After(wait):
+		}
 	}
 }
 
 func safeName(name, fallback string) string {
 	base := filepath.Base(name)
-	if base == "." || base == "/" || base == ".." || !regexp.MustCompile(`^[A-Za-z0-9._ -]{1,100}$`).MatchString(base) {
+	if base == "." || base == "/" || base == ".." || !safeNameRe.MatchString(base) {
 		return fallback
 	}
 	return base
 }
 
-// runContract fetches the inputs, has the coordinator start its meter,
-// runs the script in the sandbox while streaming its output and the GPU's
-// telemetry, and collects the model. metered reports whether the
-// coordinator's meter was started, so that it must hear how the run ended.
-// Ending ctx (the buyer cancelled or went away) stops it.
-func (n *Node) runContract(ctx context.Context, p *provider, conn *protocol.Conn, ct protocol.Contract, accept protocol.Envelope) (fin *protocol.Finished, metered bool) {
+// runContract fetches the inputs, installs the packages, has the
+// coordinator start its meter, runs the script in the sandbox while
+// streaming its output and the GPU's telemetry, and collects the model.
+// metered reports whether the coordinator's meter was started, so that it
+// must hear how the run ended. Ending ctx (the buyer cancelled or went
+// away) stops it.
+func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct protocol.Contract, acceptEnv, commitEnv protocol.Envelope) (fin *protocol.Finished, metered bool) {
 	aborted := func(cause, format string, args ...any) (*protocol.Finished, bool) {
 		return &protocol.Finished{Outcome: protocol.OutcomeAborted, Cause: cause, Reason: fmt.Sprintf(format, args...)}, metered
 	}
@@ -334,20 +403,22 @@ func (n *Node) runContract(ctx context.Context, p *provider, conn *protocol.Conn
 	// script's time, not pip's.
 	spec := sandbox.Spec{Dir: dir, Script: scriptName, Dataset: datasetName, Wall: 20 * time.Minute,
 		Output: func(stream, line string) {
-			conn.Send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: "pip: " + line, At: time.Now().UnixMilli()})
+			js.send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: "pip: " + line, At: time.Now().UnixMilli()})
 		}}
 	if res, err := p.sandbox.Install(ctx, spec, ct.Packages); err != nil {
 		return aborted(protocol.CauseSandbox, "the sandbox failed installing packages: %v", err)
+	} else if res.Outcome == sandbox.Cancelled {
+		return aborted(protocol.CauseSandbox, "stopped while installing packages")
 	} else if res.Outcome != sandbox.Completed {
 		return &protocol.Finished{Outcome: protocol.OutcomeFailed, Cause: protocol.CausePackages, ExitCode: res.ExitCode, Reason: "pip could not install the packages"}, false
 	}
 
-	if _, err := n.coord.Send(n.ctx, &protocol.StartNotice{JobID: ct.JobID, Accept: accept}); err != nil {
+	if _, err := n.coord.Send(ctx, &protocol.StartNotice{JobID: ct.JobID, Accept: acceptEnv, Commit: commitEnv}); err != nil {
 		return aborted(protocol.CauseRefused, "the coordinator would not start the meter: %v", err)
 	}
 	metered = true
 	started := time.Now()
-	if err := conn.Send(&protocol.Started{JobID: ct.JobID, At: started.UnixMilli()}); err != nil {
+	if err := js.send(&protocol.Started{JobID: ct.JobID, At: started.UnixMilli()}); err != nil {
 		return aborted(protocol.CauseSandbox, "the buyer went away")
 	}
 
@@ -355,35 +426,37 @@ func (n *Node) runContract(ctx context.Context, p *provider, conn *protocol.Conn
 	defer stop()
 	p.gpu.SetBusy(true)
 	defer p.gpu.SetBusy(false)
-	telemetryDone := make(chan struct{})
-	go func() {
-		defer close(telemetryDone)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-tick.C:
-			}
+	var side sync.WaitGroup
+	side.Add(2)
+	go func() { // telemetry for the buyer, once a second
+		defer side.Done()
+		every(runCtx, time.Second, func() {
 			gpus, err := p.gpu.GPUs()
 			if err != nil || len(gpus) == 0 {
-				continue
+				return
 			}
 			g := gpus[0]
-			conn.Send(&protocol.Telemetry{
+			js.send(&protocol.Telemetry{
 				JobID: ct.JobID, ElapsedMs: time.Since(started).Milliseconds(), GPU: g.Label(), TempC: g.TempC,
 				VRAMUsedMiB: g.VRAMUsedMiB, VRAMTotalMiB: g.VRAMTotalMiB, FanPercent: g.FanPercent, UtilPercent: g.UtilPercent, Simulated: g.Simulated,
 			})
-		}
+		})
+	}()
+	go func() { // heartbeats for the coordinator's meter
+		defer side.Done()
+		every(runCtx, heartbeatEvery, func() {
+			if _, err := n.coord.Send(runCtx, &protocol.Heartbeat{JobID: ct.JobID}); err != nil && runCtx.Err() == nil {
+				n.log.Warn("heartbeat", "job", ct.JobID, "err", err)
+			}
+		})
 	}()
 	spec.Wall = time.Duration(ct.CapSeconds) * time.Second
 	spec.Output = func(stream, line string) {
-		conn.Send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: line, At: time.Now().UnixMilli()})
+		js.send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: line, At: time.Now().UnixMilli()})
 	}
 	res, err := p.sandbox.Run(runCtx, spec)
 	stop()
-	<-telemetryDone
+	side.Wait()
 	if err != nil {
 		return aborted(protocol.CauseSandbox, "the sandbox failed: %v", err)
 	}
@@ -403,10 +476,30 @@ func (n *Node) runContract(ctx context.Context, p *provider, conn *protocol.Conn
 	return fin, metered
 }
 
+// every calls f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			f()
+		}
+	}
+}
+
 // collectModel imports what the script wrote to $GAAS_OUTPUT: one file as
-// itself, several as a folder. Links and special files are refused.
+// itself, several as a folder. The output folder itself must be a real
+// folder (the job could have swapped it for a link to the provider's
+// files); links and special files inside are refused by the import.
 func (n *Node) collectModel(dir string, fin *protocol.Finished) *protocol.Finished {
 	out := filepath.Join(dir, "output")
+	if fi, err := os.Lstat(out); err != nil || !fi.IsDir() {
+		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseBadModel, "$GAAS_OUTPUT was replaced by something that is not a folder"
+		return fin
+	}
 	entries, err := os.ReadDir(out)
 	if err != nil || len(entries) == 0 {
 		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseNoModel, "main() returned but wrote nothing to $GAAS_OUTPUT"

@@ -56,6 +56,14 @@ type Confirm struct {
 	Contract Contract `json:"contract"`
 }
 
+// Commit is the buyer's last word, sent after the provider's Confirm:
+// run it. Only with it can the provider have the coordinator start the
+// meter, so a provider that declined (or was never confirmed) cannot.
+type Commit struct {
+	JobID    string `json:"job"`
+	Provider string `json:"provider"`
+}
+
 // Decline is the provider's refusal of an Accept (it is busy, or the
 // contract does not match its offer).
 type Decline struct {
@@ -179,16 +187,25 @@ type HoldRequest struct {
 }
 
 // StartNotice tells the coordinator a run begins now. It carries the
-// buyer's signed Accept so the coordinator can check both parties agreed.
+// buyer's signed Accept and Commit so the coordinator can check that the
+// buyer agreed to this contract with this provider.
 type StartNotice struct {
 	JobID  string   `json:"job"`
 	Accept Envelope `json:"accept"`
+	Commit Envelope `json:"commit"`
+}
+
+// Heartbeat is the provider's signed "still running" to the coordinator,
+// every few seconds; when they stop, the provider is taken as lost.
+type Heartbeat struct {
+	JobID string `json:"job"`
 }
 
 // EndNotice is the provider's signed statement that a run ended.
 type EndNotice struct {
 	JobID   string `json:"job"`
 	Outcome string `json:"outcome"`
+	Cause   string `json:"cause,omitempty"`
 	Model   string `json:"model,omitempty"`
 }
 
@@ -266,6 +283,8 @@ func (Offer) Kind() string             { return "offer" }
 func (Accept) Kind() string            { return "accept" }
 func (Confirm) Kind() string           { return "confirm" }
 func (Decline) Kind() string           { return "decline" }
+func (Commit) Kind() string            { return "commit" }
+func (Heartbeat) Kind() string         { return "heartbeat" }
 func (Started) Kind() string           { return "started" }
 func (Log) Kind() string               { return "log" }
 func (Telemetry) Kind() string         { return "telemetry" }
@@ -297,6 +316,10 @@ func newMessage(kind string) (Message, bool) {
 		return &Confirm{}, true
 	case "decline":
 		return &Decline{}, true
+	case "commit":
+		return &Commit{}, true
+	case "heartbeat":
+		return &Heartbeat{}, true
 	case "started":
 		return &Started{}, true
 	case "log":

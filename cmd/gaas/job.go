@@ -283,18 +283,14 @@ func chargeLine(job api.Job) string {
 	return job.ChargeNote
 }
 
-// saveModel downloads the model into dir without overwriting anything.
+// saveModel downloads the model into dir without overwriting anything:
+// if NAME is taken it tries JOB-NAME, then JOB-2-NAME and so on.
 func saveModel(ctx context.Context, svc api.Service, job api.Job, dir string) (string, error) {
 	m, err := svc.Model(ctx, job.ID)
 	if err != nil {
 		return "", err
 	}
 	defer m.Body.Close()
-	name := filepath.Base(m.Name)
-	path := filepath.Join(dir, name)
-	if _, err := os.Lstat(path); err == nil {
-		path = filepath.Join(dir, job.ID+"-"+name)
-	}
 	tmp, err := os.CreateTemp(dir, ".gaas-model-*")
 	if err != nil {
 		return "", err
@@ -308,7 +304,24 @@ func saveModel(ctx context.Context, svc api.Service, job api.Job, dir string) (s
 		return "", err
 	}
 	os.Chmod(tmp.Name(), 0o644)
-	return path, os.Rename(tmp.Name(), path)
+	name := filepath.Base(m.Name)
+	for i := 1; ; i++ {
+		path := filepath.Join(dir, name)
+		switch {
+		case i == 2:
+			path = filepath.Join(dir, job.ID+"-"+name)
+		case i > 2:
+			path = filepath.Join(dir, fmt.Sprintf("%s-%d-%s", job.ID, i-1, name))
+		}
+		// A hard link fails if path exists, where a rename would replace it.
+		err := os.Link(tmp.Name(), path)
+		if err == nil {
+			return path, nil
+		}
+		if !errors.Is(err, os.ErrExist) || i > 100 {
+			return "", err
+		}
+	}
 }
 
 func (c *cli) jobList(ctx context.Context, args []string) error {

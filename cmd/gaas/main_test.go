@@ -92,6 +92,11 @@ func TestSubmitDownloadsModelAndReportsCharge(t *testing.T) {
 	if saved, _ := os.ReadFile(filepath.Join(again, "model.json")); !bytes.Equal(saved, model) {
 		t.Fatal("job model saved different bytes")
 	}
+	for _, want := range []string{id + "-model.json", id + "-2-model.json"} { // never overwrites
+		if r = gaas(t, env, "job", "model", id, "--out", again); r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("saving again: %+v, want %s", r, want)
+		}
+	}
 	r = gaas(t, env, "ledger", "balance", "--json")
 	var b api.Balance
 	if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || b.Available != testnet.DefaultBuyerCredit-job.Charged {
