@@ -267,7 +267,9 @@ func (n *Node) goBackground(f func()) {
 
 // Health reports the node's state.
 func (n *Node) Health(ctx context.Context) (api.Health, error) {
-	_, err := n.rateCard(ctx)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := n.coord.RateCard(ctx)
 	n.mu.Lock()
 	prov := n.provider != nil
 	n.mu.Unlock()

@@ -22,6 +22,9 @@ func (c *cli) testnet(ctx context.Context, args []string) error {
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
+	if *providers < 1 || *providers > 64 {
+		return usagef("testnet: --providers must be between 1 and 64, not %d", *providers)
+	}
 	tn, err := testnet.Start(ctx, testnet.Config{Dir: *dir, Providers: *providers, Logger: c.logger(logWarn)})
 	if err != nil {
 		return err
