@@ -80,6 +80,10 @@ func Sentence(f Failure) string {
 			return "Installing your packages failed. Check the names and versions of your package chips."
 		}
 		return fmt.Sprintf("Installing your packages failed: %s. Check the names and versions of your package chips.", strings.TrimSuffix(last, "."))
+	case protocol.CauseMemory:
+		return "Your script ran out of memory: " + f.Reason + ". Use a smaller batch or dataset, or pick the next tier up."
+	case protocol.CauseDisk:
+		return "Your script wrote too much to disk: " + f.Reason + ". Save only the model into $GAAS_OUTPUT."
 	case protocol.CauseNoMain:
 		return "Your script has no main() function to run. Add `def main():` at the top level of the file."
 	}

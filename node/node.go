@@ -28,6 +28,7 @@ import (
 	"github.com/trisparc/gaas/money"
 	"github.com/trisparc/gaas/p2p"
 	"github.com/trisparc/gaas/protocol"
+	"github.com/trisparc/gaas/sandbox"
 	"github.com/trisparc/gaas/store"
 )
 
@@ -47,6 +48,9 @@ type Config struct {
 	// packages from: an index, or a local folder of wheels.
 	PipIndexURL  string
 	PipFindLinks string
+	// Limits are a provider's limits for every job; zero fields take the
+	// sandbox's defaults. The buyer's cap sets the wall time.
+	Limits sandbox.Limits
 	// MaxDatasetBytes bounds an uploaded CSV; zero means 2 GiB.
 	MaxDatasetBytes int64
 	Logger          *slog.Logger

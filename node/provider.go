@@ -1,11 +1,13 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -84,6 +86,12 @@ func (n *Node) SetProvider(on bool) error {
 		return api.Errorf(http.StatusConflict, api.CodeUnavailable, "Provider mode stays off: %v", err)
 	}
 	sb.PipIndexURL, sb.PipFindLinks = n.cfg.PipIndexURL, n.cfg.PipFindLinks
+	sb.EnvDir = filepath.Join(n.cfg.DataDir, "envs")
+	sb.Limits = n.cfg.Limits
+	if !gpus[0].Simulated {
+		sb.GPU = &sandbox.GPU{Index: gpus[0].Index, UUID: gpus[0].UUID, Libs: driverLibs()}
+	}
+	n.log.Info("sandbox", "limits", sb.Enforcement().String())
 	topic, err := n.topic(protocol.JobTopic(tier.Name))
 	if err != nil {
 		return err
@@ -401,16 +409,16 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 
 	// Packages install before the meter starts: the buyer pays for the
 	// script's time, not pip's.
-	spec := sandbox.Spec{Dir: dir, Script: scriptName, Dataset: datasetName, Wall: 20 * time.Minute,
-		Output: func(stream, line string) {
-			js.send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: "pip: " + line, At: time.Now().UnixMilli()})
-		}}
-	if res, err := p.sandbox.Install(ctx, spec, ct.Packages); err != nil {
+	env, res, err := p.sandbox.Install(ctx, ct.Packages, func(stream, line string) {
+		js.send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: "pip: " + line, At: time.Now().UnixMilli()})
+	})
+	switch {
+	case err != nil:
 		return aborted(protocol.CauseSandbox, "the sandbox failed installing packages: %v", err)
-	} else if res.Outcome == sandbox.Cancelled {
+	case res.Outcome == sandbox.Cancelled:
 		return aborted(protocol.CauseSandbox, "stopped while installing packages")
-	} else if res.Outcome != sandbox.Completed {
-		return &protocol.Finished{Outcome: protocol.OutcomeFailed, Cause: protocol.CausePackages, ExitCode: res.ExitCode, Reason: "pip could not install the packages"}, false
+	case res.Outcome != sandbox.Completed:
+		return &protocol.Finished{Outcome: protocol.OutcomeFailed, Cause: protocol.CausePackages, ExitCode: res.ExitCode, Reason: "pip could not install the packages: " + res.Reason()}, false
 	}
 
 	if _, err := n.coord.Send(ctx, &protocol.StartNotice{JobID: ct.JobID, Accept: acceptEnv, Commit: commitEnv}); err != nil {
@@ -450,11 +458,14 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 			}
 		})
 	}()
-	spec.Wall = time.Duration(ct.CapSeconds) * time.Second
-	spec.Output = func(stream, line string) {
-		js.send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: line, At: time.Now().UnixMilli()})
+	spec := sandbox.Spec{
+		Dir: dir, Script: scriptName, Dataset: datasetName, Env: env,
+		Limits: sandbox.Limits{Wall: time.Duration(ct.CapSeconds) * time.Second},
+		Output: func(stream, line string) {
+			js.send(&protocol.Log{JobID: ct.JobID, Stream: stream, Line: line, At: time.Now().UnixMilli()})
+		},
 	}
-	res, err := p.sandbox.Run(runCtx, spec)
+	res, err = p.sandbox.Run(runCtx, spec)
 	stop()
 	side.Wait()
 	if err != nil {
@@ -463,7 +474,11 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 	fin = &protocol.Finished{ExitCode: res.ExitCode, Reason: res.Reason()}
 	switch res.Outcome {
 	case sandbox.Completed:
-		return n.collectModel(dir, fin), metered
+		return n.collectModel(dir, res.Limits.DiskBytes, fin), metered
+	case sandbox.OutOfMemory:
+		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseMemory
+	case sandbox.DiskFull:
+		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseDisk
 	case sandbox.Cancelled: // handleJob tells a buyer's cancel from a lost buyer
 		fin.Outcome, fin.Cause = protocol.OutcomeAborted, protocol.CauseSandbox
 	case sandbox.TimedOut:
@@ -474,6 +489,15 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseScript
 	}
 	return fin, metered
+}
+
+// driverLibs lists the NVIDIA driver libraries this machine has.
+func driverLibs() []string {
+	out, err := exec.Command("ldconfig", "-p").Output()
+	if err != nil {
+		return nil
+	}
+	return sandbox.DriverLibs(bytes.NewReader(out))
 }
 
 // every calls f every interval until ctx ends.
@@ -491,38 +515,21 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 }
 
 // collectModel imports what the script wrote to $GAAS_OUTPUT: one file as
-// itself, several as a folder. The output folder itself must be a real
-// folder (the job could have swapped it for a link to the provider's
-// files); links and special files inside are refused by the import.
-func (n *Node) collectModel(dir string, fin *protocol.Finished) *protocol.Finished {
-	out := filepath.Join(dir, "output")
-	if fi, err := os.Lstat(out); err != nil || !fi.IsDir() {
-		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseBadModel, "$GAAS_OUTPUT was replaced by something that is not a folder"
+// itself, several as a folder, after the sandbox's checks (no links, no
+// special or sparse files, within the limits).
+func (n *Node) collectModel(dir string, maxBytes int64, fin *protocol.Finished) *protocol.Finished {
+	out, err := sandbox.CheckOutput(dir, maxBytes)
+	if errors.Is(err, sandbox.ErrNoOutput) {
+		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseNoModel, err.Error()
 		return fin
 	}
-	entries, err := os.ReadDir(out)
-	if err != nil || len(entries) == 0 {
-		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseNoModel, "main() returned but wrote nothing to $GAAS_OUTPUT"
-		return fin
-	}
-	path, name := out, "model"
-	if len(entries) == 1 && entries[0].Type().IsRegular() {
-		path, name = filepath.Join(out, entries[0].Name()), entries[0].Name()
-	}
-	c, err := n.blocks.ImportPath(n.ctx, path)
-	if err != nil {
-		fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseBadModel, "the output cannot be exported: "+err.Error()
-		return fin
-	}
-	size := int64(0)
-	filepath.WalkDir(path, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				size += fi.Size()
-			}
+	if err == nil {
+		var c cid.Cid
+		if c, err = n.blocks.ImportPath(n.ctx, out.Path); err == nil {
+			fin.Outcome, fin.Model, fin.ModelName, fin.ModelSize = protocol.OutcomeCompleted, c.String(), out.Name, out.Bytes
+			return fin
 		}
-		return nil
-	})
-	fin.Outcome, fin.Model, fin.ModelName, fin.ModelSize = protocol.OutcomeCompleted, c.String(), name, size
+	}
+	fin.Outcome, fin.Cause, fin.Reason = protocol.OutcomeFailed, protocol.CauseBadModel, err.Error()
 	return fin
 }

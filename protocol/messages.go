@@ -114,6 +114,8 @@ const (
 	CauseNoModel  = "no_model"  // main() returned but wrote nothing to $GAAS_OUTPUT
 	CauseBadModel = "bad_model" // the output holds something that cannot be exported
 	CauseCap      = "cap"       // the budget cap was reached
+	CauseMemory   = "memory"    // the job used more memory than its limit
+	CauseDisk     = "disk"      // the job wrote more than its disk quota
 	CauseInputs   = "inputs"    // the provider could not fetch the inputs
 	CausePackages = "packages"  // pip could not install the packages (not metered)
 	CauseSandbox  = "sandbox"   // the provider's sandbox failed

@@ -1,26 +1,34 @@
 // Package sandbox is the only way GaaS runs a job's code: a buyer's Python
 // script, on a provider's machine, inside bubblewrap (new user, PID,
-// network, IPC, UTS and cgroup namespaces, no capabilities, a read-only
-// system, no network, only the job folder writable), under a wall-time
-// limit, with every process killed when the job ends.
+// network, IPC, UTS and cgroup namespaces, nested user namespaces
+// disabled, no capabilities, a cleared environment, a read-only system, no
+// network, only the job folder writable), in a cgroup that limits its
+// memory and processes, under rlimits, a disk quota and a wall-time limit,
+// with every process it started killed when it ends.
 package sandbox
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 //go:embed runner.py
@@ -31,18 +39,14 @@ const noMainExit = 119
 
 // Paths inside the sandbox.
 const (
-	JobDir    = "/job"
-	InputDir  = "/job/input"
-	OutputDir = "/job/output"
-	runnerAt  = "/opt/gaas/runner.py"
+	JobDir      = "/job"
+	InputDir    = "/job/input"
+	OutputDir   = "/job/output"
+	PackagesDir = "/opt/gaas/packages"
+	runnerAt    = "/opt/gaas/runner.py"
 )
 
-// Defaults for limits a Spec leaves zero.
-const (
-	DefaultWall        = time.Hour
-	DefaultOutputBytes = 16 << 20
-	maxLine            = 4 << 10
-)
+const maxLine = 4 << 10
 
 // ErrUnavailable means this machine cannot sandbox jobs; its message says
 // why and how to fix it.
@@ -50,19 +54,31 @@ var ErrUnavailable = errors.New("sandbox unavailable")
 
 // Sandbox runs scripts with one bubblewrap and one Python.
 type Sandbox struct {
-	bwrap  string
-	python string
-	binds  []string // extra read-only binds the Python installation needs
+	bwrap   string
+	python  string
+	version string   // Python's version, part of a package environment's key
+	binds   []string // extra read-only binds the Python installation needs
+	hier    *hierarchy
+	enf     Enforcement
 
+	// Limits are the provider's limits for every job; a job's budget cap
+	// replaces Wall.
+	Limits Limits
+	// EnvDir caches package environments by package set; empty means
+	// every install starts from nothing.
+	EnvDir string
 	// PipIndexURL, when set, is the package index pip installs from.
 	PipIndexURL string
 	// PipFindLinks, when set, is a local folder of wheels that pip
 	// installs from instead of any index (bound read-only).
 	PipFindLinks string
+	// GPU, when set, is bound into every job.
+	GPU *GPU
 }
 
-// New finds bubblewrap and Python and checks that a sandbox can actually
-// start here (user namespaces can be disabled even where bwrap exists).
+// New finds bubblewrap, Python and a cgroup hierarchy, and checks that a
+// sandbox can actually start here (user namespaces can be disabled even
+// where bwrap exists).
 func New(ctx context.Context) (*Sandbox, error) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
@@ -75,10 +91,17 @@ func New(ctx context.Context) (*Sandbox, error) {
 		}
 	}
 	s := &Sandbox{bwrap: bwrap, python: python}
-	if prefix, err := pythonPrefix(ctx, python); err == nil && !strings.HasPrefix(prefix, "/usr/") && prefix != "/usr" {
-		s.binds = append(s.binds, prefix)
+	out, err := exec.CommandContext(ctx, python, "-I", "-c", "import sys; print(sys.base_prefix); print(sys.version.split()[0])").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s does not run: %v", ErrUnavailable, python, err)
 	}
-	probe := exec.CommandContext(ctx, bwrap, append(s.baseArgs(), "--", python, "-c", "pass")...)
+	if f := strings.Fields(string(out)); len(f) == 2 {
+		if prefix := f[0]; prefix != "/usr" && !strings.HasPrefix(prefix, "/usr/") {
+			s.binds = append(s.binds, prefix)
+		}
+		s.version = f[1]
+	}
+	probe := exec.CommandContext(ctx, bwrap, append(s.baseArgs(DefaultLimits), "--unshare-net", "--", python, "-c", "pass")...)
 	if out, err := probe.CombinedOutput(); err != nil {
 		msg := strings.TrimSpace(string(out))
 		hint := ""
@@ -87,20 +110,20 @@ func New(ctx context.Context) (*Sandbox, error) {
 		}
 		return nil, fmt.Errorf("%w: bubblewrap could not start a sandbox on this machine (%s).%s", ErrUnavailable, msg, hint)
 	}
+	h, cgErr := detectHierarchy()
+	s.hier, s.enf = h, enforcement(h, cgErr)
 	return s, nil
 }
 
 // Python is the interpreter jobs run with.
 func (s *Sandbox) Python() string { return s.python }
 
-func pythonPrefix(ctx context.Context, python string) (string, error) {
-	out, err := exec.CommandContext(ctx, python, "-I", "-c", "import sys; print(sys.base_prefix)").Output()
-	return strings.TrimSpace(string(out)), err
-}
+// Enforcement says how each limit is enforced on this machine.
+func (s *Sandbox) Enforcement() Enforcement { return s.enf }
 
 // baseArgs isolate everything but the network; Run adds --unshare-net,
 // the job's folder and the command.
-func (s *Sandbox) baseArgs() []string {
+func (s *Sandbox) baseArgs(l Limits) []string {
 	args := []string{
 		"--unshare-user", "--disable-userns",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
@@ -108,7 +131,7 @@ func (s *Sandbox) baseArgs() []string {
 		"--hostname", "gaas-job",
 		"--ro-bind", "/usr", "/usr",
 		"--proc", "/proc", "--dev", "/dev",
-		"--tmpfs", "/tmp",
+		"--size", fmt.Sprint(l.TmpBytes), "--tmpfs", "/tmp",
 	}
 	// Debian and friends link /bin, /lib... into /usr; older layouts have
 	// real folders.
@@ -130,6 +153,7 @@ func (s *Sandbox) baseArgs() []string {
 		"--setenv", "LANG", "C.UTF-8",
 		"--setenv", "PYTHONUNBUFFERED", "1",
 		"--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+		"--setenv", "TMPDIR", "/tmp",
 	)
 }
 
@@ -138,11 +162,12 @@ type Spec struct {
 	// Dir is the job folder on the host. Its input/ holds the dataset and
 	// script (read-only inside); output/ is created and is where the
 	// script's model goes. Dir is /job inside the sandbox.
-	Dir         string
-	Script      string // file name inside input/
-	Dataset     string // file name inside input/
-	Wall        time.Duration
-	OutputBytes int64
+	Dir     string
+	Script  string // file name inside input/
+	Dataset string // file name inside input/
+	Env     string // a package environment from Install, or ""
+	// Limits override the sandbox's own where set; Wall is the budget cap.
+	Limits Limits
 	// Output receives each line the script prints, as it prints it.
 	Output func(stream, line string)
 }
@@ -156,6 +181,8 @@ const (
 	ScriptFailed Outcome = "script_failed" // main() raised or exited non-zero
 	NoMain       Outcome = "no_main"       // nothing to call
 	TimedOut     Outcome = "timed_out"     // the wall limit (budget cap) was reached
+	OutOfMemory  Outcome = "out_of_memory" // the memory limit was reached
+	DiskFull     Outcome = "disk_full"     // the job folder passed its quota
 	Cancelled    Outcome = "cancelled"     // the caller's context ended
 )
 
@@ -165,6 +192,7 @@ type Result struct {
 	ExitCode  int
 	Duration  time.Duration
 	OutputCut bool
+	Limits    Limits // the limits the run had
 }
 
 // Reason is one line about how the run ended, for logs and the buyer.
@@ -176,108 +204,104 @@ func (r Result) Reason() string {
 		return "the script defines no main() function"
 	case TimedOut:
 		return fmt.Sprintf("stopped at the budget cap after %s", r.Duration.Round(time.Second))
+	case OutOfMemory:
+		return fmt.Sprintf("it used more than its %s of memory", bytesString(r.Limits.MemoryBytes))
+	case DiskFull:
+		return fmt.Sprintf("it wrote more than its %s of disk", bytesString(r.Limits.DiskBytes))
 	case Cancelled:
 		return "stopped: the job was cancelled"
 	}
 	return fmt.Sprintf("the script exited with status %d", r.ExitCode)
 }
 
-// Install installs packages into the job folder's .packages, which Run
-// puts on the script's path. It runs sandboxed too (a package's build can
-// run code): the network is allowed, the host's files are not visible,
-// and only .packages is writable.
-func (s *Sandbox) Install(ctx context.Context, spec Spec, packages []string) (Result, error) {
-	if len(packages) == 0 {
-		return Result{Outcome: Completed}, nil
-	}
-	target := filepath.Join(spec.Dir, ".packages")
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return Result{}, err
-	}
-	var args []string
-	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/usr/share/ca-certificates"} {
-		args = append(args, "--ro-bind-try", f, f)
-	}
-	pip := []string{s.python, "-I", "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
-		"--progress-bar", "off", "--target", JobDir + "/.packages"}
-	if s.PipFindLinks != "" {
-		args = append(args, "--ro-bind", s.PipFindLinks, "/opt/gaas/wheels")
-		pip = append(pip, "--no-index", "--find-links", "/opt/gaas/wheels")
-	} else if s.PipIndexURL != "" {
-		pip = append(pip, "--index-url", s.PipIndexURL)
-	}
-	// "--" ends pip's options: a package name can never be read as one.
-	pip = append(append(pip, "--"), packages...)
-	args = append(args,
-		"--bind", target, JobDir+"/.packages",
-		"--chdir", JobDir,
-		"--setenv", "HOME", "/tmp",
-		"--setenv", "PIP_NO_WARN_SCRIPT_LOCATION", "1",
-		"--setenv", "PIP_ROOT_USER_ACTION", "ignore",
-		"--")
-	return s.exec(ctx, append(args, pip...), spec, nil)
-}
-
 // Run runs spec.Script's main() in the sandbox and waits for it to end.
 // A cancelled ctx kills the whole sandbox at once.
 func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	for _, name := range []string{spec.Script, spec.Dataset} {
-		if name != filepath.Base(name) || name == "." || name == ".." {
+		if name != filepath.Base(name) || name == "." || name == ".." || name == "" {
 			return Result{}, fmt.Errorf("input name %q must be a plain file name", name)
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(spec.Dir, "output"), 0o755); err != nil {
 		return Result{}, err
 	}
+	lim := s.limits(spec.Limits)
 	args := []string{"--unshare-net",
 		"--bind", spec.Dir, JobDir,
 		"--ro-bind", filepath.Join(spec.Dir, "input"), InputDir,
+		// The runner reaches the sandbox through a pipe, so no copy of it
+		// sits where the job could change it.
 		"--ro-bind-data", "3", runnerAt,
 		"--chdir", JobDir,
 		"--setenv", "HOME", JobDir,
-		"--setenv", "TMPDIR", "/tmp",
 		"--setenv", "GAAS_DATASET", InputDir + "/" + spec.Dataset,
 		"--setenv", "GAAS_OUTPUT", OutputDir,
-		"--setenv", "GAAS_PACKAGES", JobDir + "/.packages",
-		"--", s.python, "-I", "-u", runnerAt, InputDir + "/" + spec.Script,
 	}
-	// The runner reaches the sandbox through a pipe (--ro-bind-data), so
-	// no copy of it sits where the job could change it.
-	return s.exec(ctx, args, spec, runnerPy)
+	if spec.Env != "" {
+		args = append(args, "--ro-bind", spec.Env, PackagesDir, "--setenv", "GAAS_PACKAGES", PackagesDir)
+	}
+	if s.GPU != nil {
+		args = append(args, s.GPU.args()...)
+	}
+	args = append(args, "--", s.python, "-I", "-u", runnerAt, InputDir+"/"+spec.Script)
+	return s.exec(ctx, run{args: args, lim: lim, output: spec.Output, fd3: runnerPy, diskDir: spec.Dir})
 }
 
-// exec runs bwrap with the base isolation plus args, streaming output and
-// enforcing the wall limit. fd3, when not nil, is readable inside bwrap as
-// file descriptor 3 (for --ro-bind-data).
-func (s *Sandbox) exec(ctx context.Context, args []string, spec Spec, fd3 []byte) (Result, error) {
-	wall := spec.Wall
-	if wall <= 0 {
-		wall = DefaultWall
+func (s *Sandbox) limits(job Limits) Limits {
+	l := s.Limits.withDefaults()
+	if job.Wall > 0 {
+		l.Wall = job.Wall
 	}
-	limit := spec.OutputBytes
-	if limit <= 0 {
-		limit = DefaultOutputBytes
+	for _, v := range []struct {
+		dst *int64
+		src int64
+	}{{&l.MemoryBytes, job.MemoryBytes}, {&l.Processes, job.Processes}, {&l.DiskBytes, job.DiskBytes}, {&l.TmpBytes, job.TmpBytes}, {&l.OutputBytes, job.OutputBytes}} {
+		if v.src > 0 {
+			*v.dst = v.src
+		}
 	}
-	args = append(s.baseArgs(), args...)
-	runCtx, cancel := context.WithTimeout(ctx, wall)
+	if job.OpenFiles > 0 {
+		l.OpenFiles = job.OpenFiles
+	}
+	return l
+}
+
+// run is one bubblewrap invocation.
+type run struct {
+	args    []string // after the base arguments
+	lim     Limits
+	output  func(stream, line string)
+	fd3     []byte // readable inside as file descriptor 3 (for --ro-bind-data)
+	diskDir string // measured against lim.DiskBytes; "" for none
+}
+
+// gate holds the sandbox back until it is in its cgroup and under its
+// rlimits: a shell waits on fd 4, then execs bubblewrap, whose processes
+// all start inside.
+const gate = `read -r _ <&4; exec 4<&-; exec "$@"`
+
+// exec runs bwrap with the base isolation plus r.args, streaming output
+// and enforcing every limit.
+func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
+	args := append(s.baseArgs(r.lim), r.args...)
+	runCtx, cancel := context.WithTimeout(ctx, r.lim.Wall)
 	defer cancel()
-	cmd := exec.Command(s.bwrap, args...)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "gaas-sandbox", s.bwrap}, args...)...)
 	// Its own process group, and SIGKILL if this process dies: nothing the
 	// job started may outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if fd3 != nil {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return Result{}, err
-		}
-		defer r.Close()
-		_, err = w.Write(fd3) // small: far below a pipe's buffer
-		w.Close()
-		if err != nil {
-			return Result{}, err
-		}
-		cmd.ExtraFiles = []*os.File{r}
+	fd3, err := dataPipe(r.fd3)
+	if err != nil {
+		return Result{}, err
 	}
+	defer fd3.Close()
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		return Result{}, err
+	}
+	defer gateR.Close()
+	defer gateW.Close()
+	cmd.ExtraFiles = []*os.File{fd3, gateR}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return Result{}, err
@@ -286,11 +310,11 @@ func (s *Sandbox) exec(ctx context.Context, args []string, spec Spec, fd3 []byte
 	if err != nil {
 		return Result{}, err
 	}
-	out := &outputLimiter{limit: limit, emit: spec.Output}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); out.scan("stdout", stdout) }()
-	go func() { defer wg.Done(); out.scan("stderr", stderr) }()
+	out := &outputLimiter{limit: r.lim.OutputBytes, emit: r.output}
+	var scanners sync.WaitGroup
+	scanners.Add(2)
+	go func() { defer scanners.Done(); out.scan("stdout", stdout) }()
+	go func() { defer scanners.Done(); out.scan("stderr", stderr) }()
 
 	start := time.Now()
 	waitErr := make(chan error, 1)
@@ -308,7 +332,36 @@ func (s *Sandbox) exec(ctx context.Context, args []string, spec Spec, fd3 []byte
 		waitErr <- cmd.Wait()
 	}()
 	if err := <-started; err != nil {
-		return Result{}, fmt.Errorf("starting bubblewrap: %w", err)
+		return Result{}, fmt.Errorf("starting the sandbox: %w", err)
+	}
+	pid := cmd.Process.Pid
+	kill := func() { syscall.Kill(-pid, syscall.SIGKILL) }
+	var cg *jobCgroup
+	if s.hier != nil {
+		if cg, err = s.hier.create("job-"+randomName(), r.lim); err == nil {
+			err = cg.add(pid)
+		}
+		if err != nil {
+			kill()
+			<-waitErr
+			if cg != nil {
+				cg.remove()
+			}
+			return Result{}, fmt.Errorf("placing the job in its cgroup: %w", err)
+		}
+		defer cg.remove()
+	}
+	if err := setRlimits(pid, r.lim, cg != nil); err != nil {
+		kill()
+		<-waitErr
+		return Result{}, err
+	}
+	gateW.Write([]byte("go\n"))
+	gateW.Close()
+
+	var diskFull atomic.Bool
+	if r.diskDir != "" {
+		go watchDisk(runCtx, r.diskDir, r.lim.DiskBytes, func() { diskFull.Store(true); kill() })
 	}
 	var werr error
 	select {
@@ -316,17 +369,24 @@ func (s *Sandbox) exec(ctx context.Context, args []string, spec Spec, fd3 []byte
 	case <-runCtx.Done():
 		// Killing bwrap kills the namespace's init, and with it every
 		// process in the job's PID namespace.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		kill()
 		werr = <-waitErr
 	}
-	wg.Wait()
-	res := Result{Duration: time.Since(start), OutputCut: out.cut}
+	if cg != nil {
+		cg.killAll() // anything that slipped out of the PID namespace's reach
+	}
+	scanners.Wait()
+	res := Result{Duration: time.Since(start), OutputCut: out.cut, Limits: r.lim}
 	var exitErr *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
 		res.Outcome = Cancelled
 	case runCtx.Err() != nil:
 		res.Outcome = TimedOut
+	case diskFull.Load():
+		res.Outcome = DiskFull
+	case cg != nil && cg.oomKilled():
+		res.Outcome = OutOfMemory
 	case werr == nil:
 		res.Outcome = Completed
 	case errors.As(werr, &exitErr):
@@ -339,6 +399,95 @@ func (s *Sandbox) exec(ctx context.Context, args []string, spec Spec, fd3 []byte
 		return res, fmt.Errorf("waiting for the sandbox: %w", werr)
 	}
 	return res, nil
+}
+
+// dataPipe is a pipe already holding data, closed for writing.
+func dataPipe(data []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	_, err = w.Write(data) // small: far below a pipe's buffer
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func randomName() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// setRlimits puts the gate shell (and so everything it execs and forks)
+// under per-process limits: open files, and the size of any one file (the
+// disk quota). Without a cgroup, memory and processes get rlimits too, the
+// best a plain process can do.
+func setRlimits(pid int, l Limits, cgroup bool) error {
+	set := func(res int, v uint64) error {
+		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
+			return fmt.Errorf("setting resource limit %d: %w", res, err)
+		}
+		return nil
+	}
+	if err := set(unix.RLIMIT_NOFILE, l.OpenFiles); err != nil {
+		return err
+	}
+	if err := set(unix.RLIMIT_FSIZE, uint64(l.DiskBytes)); err != nil {
+		return err
+	}
+	set(unix.RLIMIT_CORE, 0) // no core dumps of a stranger's process; best effort
+	if cgroup {
+		return nil
+	}
+	if err := set(unix.RLIMIT_AS, uint64(l.MemoryBytes)); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return set(unix.RLIMIT_NPROC, uint64(l.Processes))
+	}
+	return nil
+}
+
+// watchDisk measures what the job wrote into its folder (its read-only
+// input aside) twice a second, and calls over once it passes limit.
+func watchDisk(ctx context.Context, dir string, limit int64, over func()) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if diskUsage(dir) > limit {
+			over()
+			return
+		}
+	}
+}
+
+// diskUsage adds up the blocks allocated under dir, input/ excepted.
+func diskUsage(dir string) int64 {
+	var total int64
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && path == filepath.Join(dir, "input") {
+			return filepath.SkipDir
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				total += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return total
 }
 
 // outputLimiter turns the script's output into lines and stops passing
@@ -374,7 +523,7 @@ func (o *outputLimiter) line(stream string, line []byte) {
 	if o.n > o.limit {
 		o.cut = true
 		if o.emit != nil {
-			o.emit("stderr", fmt.Sprintf("[gaas: output cut after %d MB; the job keeps running]", o.limit>>20))
+			o.emit("stderr", fmt.Sprintf("[gaas: output cut after %s; the job keeps running]", bytesString(o.limit)))
 		}
 		return
 	}

@@ -47,7 +47,7 @@ func job(t *testing.T, script string) Spec {
 	os.MkdirAll(filepath.Join(dir, "input"), 0o755)
 	os.WriteFile(filepath.Join(dir, "input", "train.py"), []byte(script), 0o644)
 	os.WriteFile(filepath.Join(dir, "input", "data.csv"), []byte("x,y\n1,2\n3,4\n"), 0o644)
-	return Spec{Dir: dir, Script: "train.py", Dataset: "data.csv", Wall: 30 * time.Second}
+	return Spec{Dir: dir, Script: "train.py", Dataset: "data.csv", Limits: Limits{Wall: 30 * time.Second}}
 }
 
 func TestRunTrainsAndWritesModel(t *testing.T) {
@@ -146,7 +146,7 @@ func TestNoNetwork(t *testing.T) {
 func TestRunStopsAtWallLimitAndOnCancel(t *testing.T) {
 	s := newSandbox(t)
 	spec := job(t, "import time\ndef main():\n    time.sleep(60)\n")
-	spec.Wall = 500 * time.Millisecond
+	spec.Limits.Wall = 500 * time.Millisecond
 	res, err := s.Run(context.Background(), spec)
 	if err != nil || res.Outcome != TimedOut {
 		t.Fatalf("wall limit: %v, %v", res.Outcome, err)
@@ -168,41 +168,49 @@ func TestRunStopsAtWallLimitAndOnCancel(t *testing.T) {
 func TestOutputIsCut(t *testing.T) {
 	s := newSandbox(t)
 	spec := job(t, "def main():\n    for i in range(100000):\n        print('x' * 100)\n    print('done')\n")
-	spec.OutputBytes = 1 << 20
+	spec.Limits.OutputBytes = 1 << 20
 	var out lines
 	spec.Output = out.add
 	res, err := s.Run(context.Background(), spec)
 	if err != nil || res.Outcome != Completed || !res.OutputCut {
 		t.Fatalf("%+v, %v", res, err)
 	}
-	if !strings.Contains(out.text(), "[gaas: output cut after 1 MB") || strings.Contains(out.text(), "done") {
+	if !strings.Contains(out.text(), "[gaas: output cut after 1 MiB") || strings.Contains(out.text(), "done") {
 		t.Fatal("output was not cut with a marker")
 	}
 }
 
 // TestInstallPackages installs a wheel the test builds from a local
-// folder (no index is reachable here), then imports it from a job.
+// folder (no index is reachable here), imports it from a job, and reuses
+// the cached environment for the same package set.
 func TestInstallPackages(t *testing.T) {
 	s := newSandbox(t)
 	wheels := t.TempDir()
 	if _, err := testwheel.Build(wheels, "gaas-tiny", "1.2.0", map[string]string{"gaas_tiny/__init__.py": "ANSWER = 42\n"}); err != nil {
 		t.Fatal(err)
 	}
-	s.PipFindLinks = wheels
-	spec := job(t, "import gaas_tiny\ndef main():\n    print('answer', gaas_tiny.ANSWER)\n")
+	s.PipFindLinks, s.EnvDir = wheels, t.TempDir()
 	var out lines
-	spec.Output = out.add
-	res, err := s.Install(context.Background(), spec, []string{"gaas-tiny==1.2.0"})
-	if err != nil || res.Outcome != Completed {
+	env, res, err := s.Install(context.Background(), []string{"gaas-tiny==1.2.0"}, out.add)
+	if err != nil || res.Outcome != Completed || env == "" {
 		t.Fatalf("install: %+v %v\n%s", res, err, out.text())
 	}
+	spec := job(t, "import gaas_tiny\ndef main():\n    print('answer', gaas_tiny.ANSWER)\n")
+	spec.Env, spec.Output = env, out.add
 	res, err = s.Run(context.Background(), spec)
 	if err != nil || res.Outcome != Completed || !strings.Contains(out.text(), "stdout: answer 42") {
 		t.Fatalf("run: %+v %v\n%s", res, err, out.text())
 	}
+	again, res, err := s.Install(context.Background(), []string{"GAAS-TINY==1.2.0"}, nil)
+	if err != nil || again != env || res.Duration != 0 {
+		t.Fatalf("the same package set was installed again: %s vs %s, %+v %v", again, env, res, err)
+	}
 	out = lines{}
-	res, err = s.Install(context.Background(), spec, []string{"gaas-missing"})
+	_, res, err = s.Install(context.Background(), []string{"gaas-missing"}, out.add)
 	if err != nil || res.Outcome != ScriptFailed || !strings.Contains(out.text(), "No matching distribution found for gaas-missing") {
 		t.Fatalf("missing package: %+v %v\n%s", res, err, out.text())
+	}
+	if entries, _ := os.ReadDir(s.EnvDir); len(entries) != 1 {
+		t.Fatalf("a failed install left %d entries in the cache", len(entries))
 	}
 }
