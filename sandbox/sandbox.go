@@ -280,13 +280,37 @@ type run struct {
 // all start inside.
 const gate = `read -r _ <&4; exec 4<&-; exec "$@"`
 
+// sandboxEnv is all the environment the gate and bubblewrap get. The
+// sandbox's init (bubblewrap's pid 1) keeps the environment it was started
+// with, and a job can read it in /proc/1/environ: the node's own variables
+// must never reach it.
+var sandboxEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
 // exec runs bwrap with the base isolation plus r.args, streaming output
 // and enforcing every limit.
 func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 	args := append(s.baseArgs(r.lim), r.args...)
 	runCtx, cancel := context.WithTimeout(ctx, r.lim.Wall)
 	defer cancel()
-	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "gaas-sandbox", s.bwrap}, args...)...)
+	// The options go through fd 5 (--args), so the host paths in them do
+	// not show in the sandbox's /proc/1/cmdline; the command stays in argv.
+	var options bytes.Buffer
+	command := args
+	for i, a := range args {
+		if a == "--" {
+			command = args[i:]
+			break
+		}
+		options.WriteString(a)
+		options.WriteByte(0)
+	}
+	fd5, err := dataPipe(options.Bytes())
+	if err != nil {
+		return Result{}, err
+	}
+	defer fd5.Close()
+	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "gaas-sandbox", s.bwrap, "--args", "5"}, command...)...)
+	cmd.Env, cmd.Dir = sandboxEnv, "/" // the shell would put its folder in PWD
 	// Its own process group, and SIGKILL if this process dies: nothing the
 	// job started may outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -301,7 +325,7 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 	}
 	defer gateR.Close()
 	defer gateW.Close()
-	cmd.ExtraFiles = []*os.File{fd3, gateR}
+	cmd.ExtraFiles = []*os.File{fd3, gateR, fd5}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return Result{}, err
@@ -401,18 +425,17 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 	return res, nil
 }
 
-// dataPipe is a pipe already holding data, closed for writing.
+// dataPipe is a pipe already holding data, closed for writing. Data
+// larger than a pipe's buffer is written as it is read.
 func dataPipe(data []byte) (*os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	_, err = w.Write(data) // small: far below a pipe's buffer
-	w.Close()
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
+	go func() {
+		w.Write(data)
+		w.Close()
+	}()
 	return r, nil
 }
 
