@@ -127,6 +127,10 @@ func (s *Sandbox) baseArgs(l Limits) []string {
 	args := []string{
 		"--unshare-user", "--disable-userns",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+		// The job's own process is pid 1: no bubblewrap monitor shares its
+		// namespace for it to ptrace, and when it ends, the kernel kills
+		// everything else in the namespace.
+		"--as-pid-1",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
 		"--hostname", "gaas-job",
 		"--ro-bind", "/usr", "/usr",
