@@ -78,7 +78,9 @@ type Health struct {
 	Peer                 string `json:"peer"`
 	CoordinatorReachable bool   `json:"coordinator_reachable"`
 	Provider             bool   `json:"provider"`
-	Version              int    `json:"protocol_version"`
+	// Sandbox says how a provider's job limits are enforced on its machine.
+	Sandbox string `json:"sandbox,omitempty"`
+	Version int    `json:"protocol_version"`
 }
 
 // Tier is one line of the rate card, ready to show.

@@ -274,10 +274,13 @@ func (n *Node) Health(ctx context.Context) (api.Health, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	_, err := n.coord.RateCard(ctx)
+	h := api.Health{OK: true, Peer: n.ID().String(), CoordinatorReachable: err == nil, Version: protocol.Version}
 	n.mu.Lock()
-	prov := n.provider != nil
+	if p := n.provider; p != nil {
+		h.Provider, h.Sandbox = true, p.sandbox.Enforcement().String()
+	}
 	n.mu.Unlock()
-	return api.Health{OK: true, Peer: n.ID().String(), CoordinatorReachable: err == nil, Provider: prov, Version: protocol.Version}, nil
+	return h, nil
 }
 
 // rateCard returns the coordinator's rate card, fetched once and cached.

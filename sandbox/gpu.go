@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -85,6 +86,7 @@ func (g *GPU) args() []string {
 			}
 		}
 		if len(ld) > 0 {
+			sort.Strings(ld)
 			args = append(args, "--setenv", "LD_LIBRARY_PATH", strings.Join(ld, ":"))
 		}
 	}

@@ -2,7 +2,8 @@
 # Runs inside the sandbox. Exit codes: 0 main() returned, 1 it raised (the
 # traceback is on stderr), NO_MAIN when there is no main() to call, or the
 # code the script passed to sys.exit().
-import asyncio, importlib.util, inspect, os, sys, traceback
+# Only cheap modules at the top: every job pays for these imports.
+import importlib.util, os, sys
 
 NO_MAIN = 119
 
@@ -22,7 +23,8 @@ def run(path):
         print("gaas: the script defines no main() function", file=sys.stderr)
         return NO_MAIN
     result = main()
-    if inspect.isawaitable(result):
+    if hasattr(result, "__await__"):  # async def main()
+        import asyncio
         asyncio.run(result)
     return 0
 
@@ -39,6 +41,7 @@ if __name__ == "__main__":
             print(e.code, file=sys.stderr)
             code = 1
     except BaseException as e:
+        import traceback
         # Leave the runner's own frames out: the buyer's script starts the story.
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:

@@ -33,6 +33,10 @@ or GAAS_TOKEN, or the token in GAAS_DATA):
 
 Inspect this machine:
   gpu          the NVIDIA GPUs found and the tier each can serve
+  doctor       whether this machine can provide: sandbox, limits, GPU
+  sandbox run SCRIPT.py [--dataset FILE.csv] [--package NAME]... [--out DIR]
+               run a script through exactly the sandbox a job uses, print
+               its output, how it ended and the limits, export its model
 
 Flags that set up a peer or say which node to talk to can also come from
 environment variables; 'gaas COMMAND --help' names them. GAAS_LOG=debug|info|warn|error sets how much the

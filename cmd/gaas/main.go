@@ -81,6 +81,10 @@ func (c *cli) run(ctx context.Context, args []string) error {
 		return c.ledger(ctx, rest)
 	case "gpu":
 		return c.gpu(ctx, rest)
+	case "sandbox":
+		return c.sandboxCmd(ctx, rest)
+	case "doctor":
+		return c.doctor(ctx, rest)
 	case "help", "-h", "--help":
 		c.help(rest)
 		return nil

@@ -194,3 +194,25 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("testnet --help: %+v", r)
 	}
 }
+
+func TestSandboxRun(t *testing.T) {
+	dir := t.TempDir()
+	ds := writeFile(t, dir, "students.csv", examples.Dataset)
+	sc := writeFile(t, dir, "train.py", examples.Script)
+	out := t.TempDir()
+	env := map[string]string{"GAAS_DATA": t.TempDir()}
+	r := gaas(t, env, "sandbox", "run", sc, "--dataset", ds, "--out", out)
+	if r.code != 0 || !strings.Contains(r.stdout, "Ended     main() returned") || !strings.Contains(r.stdout, "memory") {
+		t.Fatalf("sandbox run: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(out, "model.json")); err != nil {
+		t.Fatalf("model not exported: %v", err)
+	}
+	bad := writeFile(t, dir, "bad.py", []byte("def main():\n    raise SystemExit(3)\n"))
+	if r := gaas(t, env, "sandbox", "run", bad, "--out", out); r.code != 1 || !strings.Contains(r.stdout, "exited with status 3") {
+		t.Fatalf("failing script: %+v", r)
+	}
+	if r := gaas(t, env, "sandbox", "run", ds); r.code != 1 || !strings.Contains(r.stderr, "must be a .py file") {
+		t.Fatalf("not a script: %+v", r)
+	}
+}
