@@ -1,13 +1,11 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -89,7 +87,7 @@ func (n *Node) SetProvider(on bool) error {
 	sb.EnvDir = filepath.Join(n.cfg.DataDir, "envs")
 	sb.Limits = n.cfg.Limits
 	if !gpus[0].Simulated {
-		sb.GPU = &sandbox.GPU{Index: gpus[0].Index, UUID: gpus[0].UUID, Libs: driverLibs()}
+		sb.GPU = &sandbox.GPU{Index: gpus[0].Index, UUID: gpus[0].UUID, Libs: sandbox.FindDriverLibs()}
 	}
 	n.log.Info("sandbox", "limits", sb.Enforcement().String())
 	topic, err := n.topic(protocol.JobTopic(tier.Name))
@@ -489,15 +487,6 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseScript
 	}
 	return fin, metered
-}
-
-// driverLibs lists the NVIDIA driver libraries this machine has.
-func driverLibs() []string {
-	out, err := exec.Command("ldconfig", "-p").Output()
-	if err != nil {
-		return nil
-	}
-	return sandbox.DriverLibs(bytes.NewReader(out))
 }
 
 // every calls f every interval until ctx ends.

@@ -422,3 +422,21 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// TestRlimitFallback runs the memory bomb as on a machine without
+// cgroups: the address-space rlimit stops it.
+func TestRlimitFallback(t *testing.T) {
+	s := newSandbox(t)
+	s.hier, s.enf = nil, enforcement(nil, fmt.Errorf("pretending there is none"))
+	if !strings.Contains(s.Enforcement().Memory, "approximate") {
+		t.Fatalf("enforcement without cgroups: %+v", s.Enforcement())
+	}
+	spec := job(t, "def main():\n    hog = []\n    while True:\n        hog.append(bytearray(64 << 20))\n")
+	spec.Limits = Limits{MemoryBytes: 512 << 20, Wall: 30 * time.Second}
+	var out lines
+	spec.Output = out.add
+	res, err := s.Run(context.Background(), spec)
+	if err != nil || res.Outcome != ScriptFailed || !strings.Contains(out.text(), "MemoryError") {
+		t.Fatalf("%+v %v\n%s", res, err, out.text())
+	}
+}

@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -47,6 +49,16 @@ func DriverLibs(ldconfig io.Reader) []string {
 		}
 	}
 	return out
+}
+
+// FindDriverLibs lists the NVIDIA driver libraries this machine has,
+// from the dynamic linker's cache.
+func FindDriverLibs() []string {
+	out, err := exec.Command("ldconfig", "-p").Output()
+	if err != nil {
+		return nil
+	}
+	return DriverLibs(bytes.NewReader(out))
 }
 
 // args binds exactly the device nodes of this GPU and the driver

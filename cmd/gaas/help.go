@@ -34,7 +34,7 @@ or GAAS_TOKEN, or the token in GAAS_DATA):
 Inspect this machine:
   gpu          the NVIDIA GPUs found and the tier each can serve
   doctor       whether this machine can provide: sandbox, limits, GPU
-  sandbox run SCRIPT.py [--dataset FILE.csv] [--package NAME]... [--out DIR]
+  sandbox run SCRIPT.py [--dataset FILE.csv] [--package NAME]... [--out DIR] [--gpu]
                run a script through exactly the sandbox a job uses, print
                its output, how it ended and the limits, export its model
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trisparc/gaas/gpu"
 	"github.com/trisparc/gaas/node"
+	"github.com/trisparc/gaas/sandbox"
 )
 
 // nodeConfigFile is an optional JSON file in the data folder with the
@@ -34,6 +35,9 @@ func (c *cli) node(ctx context.Context, args []string) error {
 	provider := f.bool("provider", "GAAS_PROVIDER", "start in provider mode: serve jobs on this machine's GPU")
 	pipIndex := f.string("pip-index-url", "GAAS_PIP_INDEX_URL", "", "package index a provider installs job packages from (default: pip's own)")
 	pipLinks := f.string("pip-find-links", "GAAS_PIP_FIND_LINKS", "", "local folder of wheels a provider installs job packages from, instead of an index")
+	jobMemory := f.int("job-memory-mib", "GAAS_JOB_MEMORY_MIB", 0, "memory a provider gives each job, in MiB (default 4096)")
+	jobProcs := f.int("job-processes", "GAAS_JOB_PROCESSES", 0, "processes and threads a job may run at once (default 256)")
+	jobDisk := f.int("job-disk-mib", "GAAS_JOB_DISK_MIB", 0, "disk a job may write, model included, in MiB (default 10240)")
 	simulate := f.string("simulate-gpu", "GAAS_SIMULATE_GPU", "", "use a simulated GPU of this tier (starter, pro, max) instead of NVML: for testing only")
 	if _, err := f.parse(args); err != nil {
 		return err
@@ -47,6 +51,10 @@ func (c *cli) node(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := node.Config{DataDir: *data, Listen: *listen, APIAddr: *apiAddr, Coordinator: *coord, Bootstrap: *bootstrap, PipIndexURL: *pipIndex, PipFindLinks: *pipLinks, Logger: c.logger(logWarn)}
+	if *jobMemory < 0 || *jobProcs < 0 || *jobDisk < 0 {
+		return usagef("node: job limits cannot be negative")
+	}
+	cfg.Limits = sandbox.Limits{MemoryBytes: int64(*jobMemory) << 20, Processes: int64(*jobProcs), DiskBytes: int64(*jobDisk) << 20}
 	if cfg.Coordinator == "" {
 		cfg.Coordinator = file.Coordinator
 	}

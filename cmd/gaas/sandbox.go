@@ -32,6 +32,7 @@ func (c *cli) sandboxCmd(ctx context.Context, args []string) error {
 	maxHours := f.String("max-hours", "1", "wall-time limit in hours, like a job's budget cap")
 	pipIndex := f.string("pip-index-url", "GAAS_PIP_INDEX_URL", "", "package index to install from")
 	pipLinks := f.string("pip-find-links", "GAAS_PIP_FIND_LINKS", "", "local folder of wheels to install from")
+	withGPU := f.Bool("gpu", false, "bind the first NVIDIA GPU into the sandbox, as a provider's jobs get it")
 	rest, err := f.parse(args[1:])
 	if err != nil {
 		return err
@@ -60,6 +61,19 @@ func (c *cli) sandboxCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	sb.EnvDir, sb.PipIndexURL, sb.PipFindLinks = filepath.Join(*data, "envs"), *pipIndex, *pipLinks
+	if *withGPU {
+		r, err := gpu.Detect()
+		if err != nil {
+			return fmt.Errorf("--gpu: %v", err)
+		}
+		gpus, err := r.GPUs()
+		r.Close()
+		if err != nil {
+			return err
+		}
+		sb.GPU = &sandbox.GPU{Index: gpus[0].Index, UUID: gpus[0].UUID, Libs: sandbox.FindDriverLibs()}
+		fmt.Fprintf(c.stdout, "GPU       %s bound into the sandbox\n", gpus[0].Label())
+	}
 	info, err := inputs.CheckScript(ctx, sb.Python(), bytes.NewReader(src))
 	if err != nil {
 		return err
