@@ -29,6 +29,7 @@ func runScript(t *testing.T, sb *sandbox.Sandbox, script string) []string {
 			stderr = append(stderr, line)
 		}
 	}})
+
 	if err != nil || res.Outcome == sandbox.Completed {
 		t.Fatalf("the script was meant to fail: %+v %v", res, err)
 	}

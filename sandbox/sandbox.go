@@ -330,19 +330,25 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 	defer gateR.Close()
 	defer gateW.Close()
 	cmd.ExtraFiles = []*os.File{fd3, gateR, fd5}
-	stdout, err := cmd.StdoutPipe()
+	// Our own pipes, not cmd.StdoutPipe: Wait closes those as soon as the
+	// process exits, losing output still buffered in them. These are read
+	// to the end, which comes once every process of the job is gone.
+	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
 		return Result{}, err
 	}
-	stderr, err := cmd.StderrPipe()
+	stderrR, stderrW, err := os.Pipe()
 	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
 		return Result{}, err
 	}
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	out := &outputLimiter{limit: r.lim.OutputBytes, emit: r.output}
 	var scanners sync.WaitGroup
 	scanners.Add(2)
-	go func() { defer scanners.Done(); out.scan("stdout", stdout) }()
-	go func() { defer scanners.Done(); out.scan("stderr", stderr) }()
+	go func() { defer scanners.Done(); defer stdoutR.Close(); out.scan("stdout", stdoutR) }()
+	go func() { defer scanners.Done(); defer stderrR.Close(); out.scan("stderr", stderrR) }()
 
 	start := time.Now()
 	waitErr := make(chan error, 1)
@@ -359,7 +365,11 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 		started <- nil
 		waitErr <- cmd.Wait()
 	}()
-	if err := <-started; err != nil {
+	err = <-started
+	stdoutW.Close() // the child has its copies; the scanners see EOF when it is done
+	stderrW.Close()
+	if err != nil {
+		scanners.Wait()
 		return Result{}, fmt.Errorf("starting the sandbox: %w", err)
 	}
 	pid := cmd.Process.Pid
