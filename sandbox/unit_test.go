@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -81,5 +83,15 @@ func TestEnvKey(t *testing.T) {
 	s.PipFindLinks = "/wheels"
 	if s.EnvKey([]string{"numpy", "torch==2.2.0"}) == a {
 		t.Fatal("another package source shared an environment")
+	}
+}
+
+// TestNoBubblewrapSaysHowToFix: a machine without bwrap cannot sandbox,
+// and is told the one command that fixes it.
+func TestNoBubblewrapSaysHowToFix(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := New(context.Background())
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "sudo apt-get install bubblewrap") {
+		t.Fatalf("New without bwrap: %v", err)
 	}
 }
