@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -43,7 +44,12 @@ type Config struct {
 	// ProviderLost is how long after its last heartbeat a running
 	// provider is taken as lost; zero means DefaultProviderLost.
 	ProviderLost time.Duration
-	Logger       *slog.Logger
+	// Operators may credit accounts, read every account's history and
+	// verify the ledger. The coordinator's own key is always one.
+	Operators []peer.ID
+	// Ledger tunes the ledger (the failed-run allowance); nil is the default.
+	Ledger *ledger.Options
+	Logger *slog.Logger
 }
 
 // DefaultProviderLost is three missed heartbeats and a little more.
@@ -57,6 +63,8 @@ type Coordinator struct {
 	log    *slog.Logger
 	now    func() time.Time
 	lost   time.Duration
+
+	operators map[peer.ID]bool
 
 	mu        sync.Mutex
 	heartbeat map[string]time.Time // running job → its provider's last sign of life
@@ -74,11 +82,16 @@ func Start(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := ledger.Open(filepath.Join(cfg.DataDir, "ledger.db"))
+	lopt := ledger.Options{}
+	if cfg.Ledger != nil {
+		lopt = *cfg.Ledger
+	}
+	lopt.GroupCommit = true // many buyers and providers at once share commits
+	l, err := ledger.Open(filepath.Join(cfg.DataDir, "ledger.db"), &lopt)
 	if err != nil {
 		return nil, err
 	}
-	peer, err := p2p.Start(p2p.Config{Key: key, Listen: cfg.Listen})
+	host, err := p2p.Start(p2p.Config{Key: key, Listen: cfg.Listen})
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -98,10 +111,14 @@ func Start(cfg Config) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		Peer: peer, Ledger: l, card: card, log: log.With("peer", "coordinator"), now: time.Now, lost: lost,
+		Peer: host, Ledger: l, card: card, log: log.With("peer", "coordinator"), now: time.Now, lost: lost,
 		heartbeat: map[string]time.Time{}, stop: cancel, done: make(chan struct{}),
+		operators: map[peer.ID]bool{host.ID(): true},
 	}
-	peer.Host.SetStreamHandler(protocol.LedgerProtocol, c.handle)
+	for _, op := range cfg.Operators {
+		c.operators[op] = true
+	}
+	host.Host.SetStreamHandler(protocol.LedgerProtocol, c.handle)
 	go c.sweep(ctx)
 	return c, nil
 }
@@ -206,11 +223,39 @@ func (c *Coordinator) answer(m protocol.Message, signer peer.ID) (protocol.Messa
 	case *protocol.BalanceRequest:
 		id := signer.String()
 		return &protocol.Balance{
-			Account:   id,
-			Available: c.Ledger.Balance(ledger.Buyer(id)),
-			Held:      c.Ledger.HeldFor(id),
-			Earned:    c.Ledger.Balance(ledger.Provider(id)),
+			Account:                id,
+			Available:              c.Ledger.Balance(ledger.Buyer(id)),
+			Held:                   c.Ledger.HeldFor(id),
+			Earned:                 c.Ledger.Balance(ledger.Provider(id)),
+			FailedAllowanceSeconds: c.Ledger.AllowanceLeft(id),
 		}, nil
+	case *protocol.CreditRequest:
+		if !c.operators[signer] {
+			return nil, refuse(protocol.CodeForbidden, "Only the coordinator's operator may credit accounts.")
+		}
+		e, err := c.Ledger.Credit(m.Key, m.Account, m.Amount, m.Reason)
+		if err != nil {
+			return nil, ledgerRefusal(err)
+		}
+		c.log.Info("credit", "account", m.Account, "amount", m.Amount, "key", m.Key)
+		return &protocol.Posted{Entry: entryView(e)}, nil
+	case *protocol.PayoutRequest:
+		e, err := c.Ledger.Payout(m.Key, signer.String(), m.Amount)
+		if err != nil {
+			return nil, ledgerRefusal(err)
+		}
+		return &protocol.Posted{Entry: entryView(e)}, nil
+	case *protocol.HistoryRequest:
+		return c.history(m, signer)
+	case *protocol.VerifyRequest:
+		if !c.operators[signer] {
+			return nil, refuse(protocol.CodeForbidden, "Only the coordinator's operator may verify the ledger.")
+		}
+		r, err := c.Ledger.Verify()
+		if err != nil {
+			return nil, err
+		}
+		return &protocol.VerifyReport{Entries: r.Entries, Accounts: r.Accounts, Holds: r.Holds, OpenHolds: r.OpenHolds, HeadSeq: r.HeadSeq, HeadHash: r.HeadHash, Problems: r.Problems}, nil
 	case *protocol.HoldRequest:
 		return c.hold(m, signer)
 	case *protocol.StartNotice:
@@ -343,7 +388,8 @@ func (c *Coordinator) end(m *protocol.EndNotice, provider peer.ID) (protocol.Mes
 		// The buyer's budget ran out: the cap is what it agreed to pay.
 		h, err = c.Ledger.Settle(m.JobID, min(c.meteredSeconds(h), h.CapSeconds), c.card.FeeBasisPoints, "stopped at the budget cap")
 	case m.Outcome == protocol.OutcomeFailed:
-		h, err = c.Ledger.Release(m.JobID, "the script failed: not charged")
+		// The script or its data failed: the buyer's allowance decides who pays.
+		h, err = c.Ledger.SettleFailure(m.JobID, c.meteredSeconds(h), c.card.FeeBasisPoints, "the script failed ("+m.Cause+")")
 	default:
 		h, err = c.Ledger.Release(m.JobID, "the provider could not run the job: not charged")
 	}
@@ -416,8 +462,75 @@ func (c *Coordinator) holdOf(job string) (ledger.Hold, error) {
 func settlement(h ledger.Hold) *protocol.Settlement {
 	return &protocol.Settlement{
 		JobID: h.Job, State: h.State, RatePaisePerHour: h.Rate, Held: h.Amount,
-		Seconds: h.Seconds, Charged: h.Charged, Fee: h.Fee, ProviderPaid: h.Charged - h.Fee, Reason: h.Reason,
+		Seconds: h.Seconds, Charged: h.Charged, Fee: h.Fee, ProviderPaid: h.ProviderPaid, Reason: h.Reason,
+		FailedRunsCharged: h.ChargeFailures,
 	}
+}
+
+func entryView(e ledger.Entry) protocol.LedgerEntry {
+	v := protocol.LedgerEntry{Seq: e.Seq, At: e.At, Kind: e.Kind, Job: e.Job, Reason: e.Reason, Hash: e.Hash}
+	for _, l := range e.Legs {
+		v.Legs = append(v.Legs, protocol.LedgerLeg{Account: l.Account, Amount: l.Amount})
+	}
+	return v
+}
+
+// ledgerRefusal turns the ledger's refusals into sentences.
+func ledgerRefusal(err error) error {
+	switch {
+	case errors.Is(err, ledger.ErrInsufficientFunds):
+		return refuse(protocol.CodeInsufficientFunds, "The account does not hold that much.")
+	case errors.Is(err, ledger.ErrConflict):
+		return refuse(protocol.CodeConflict, "That key was already used for a different request: %v.", err)
+	case errors.Is(err, ledger.ErrBadAmount):
+		return refuse(protocol.CodeBadRequest, "The amount must be more than zero.")
+	case errors.Is(err, ledger.ErrBadAccount):
+		return refuse(protocol.CodeBadRequest, "%v.", err)
+	}
+	return err
+}
+
+// history returns journal entries: a peer sees its own accounts; an
+// operator any account, or all.
+func (c *Coordinator) history(m *protocol.HistoryRequest, signer peer.ID) (protocol.Message, error) {
+	var accounts []string
+	switch {
+	case c.operators[signer]:
+		accounts = []string{m.Account}
+	case m.Account == "":
+		accounts = []string{ledger.Buyer(signer.String()), ledger.Provider(signer.String())}
+	case m.Account == ledger.Buyer(signer.String()) || m.Account == ledger.Provider(signer.String()):
+		accounts = []string{m.Account}
+	default:
+		return nil, refuse(protocol.CodeForbidden, "A peer may read only its own accounts' history.")
+	}
+	seen := map[uint64]bool{}
+	var out []ledger.Entry
+	for _, a := range accounts {
+		es, err := c.Ledger.History(a)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			if !seen[e.Seq] {
+				seen[e.Seq] = true
+				out = append(out, e)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	limit := m.Limit
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	h := &protocol.History{}
+	for _, e := range out {
+		h.Entries = append(h.Entries, entryView(e))
+	}
+	return h, nil
 }
 
 // Client asks a coordinator over its ledger protocol.

@@ -66,7 +66,7 @@ func code(err error) string {
 func contract(t *testing.T, c *Coordinator, buyer, provider party, job string, cap int64) protocol.Envelope {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.Ledger.Credit(ledger.Buyer(buyer.id), 100000, "test"); err != nil {
+	if _, err := c.Ledger.Credit("test/"+buyer.id, ledger.Buyer(buyer.id), 100000, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := buyer.Send(ctx, &protocol.HoldRequest{JobID: job, Tier: "pro", CapSeconds: cap}); err != nil {
@@ -156,5 +156,60 @@ func TestHoldRefusals(t *testing.T) {
 	}
 	if _, err := buyer.Send(ctx, &protocol.HoldRequest{JobID: "j-1", Tier: "pro", CapSeconds: -5}); code(err) != protocol.CodeBadRequest {
 		t.Fatalf("negative cap: %v", err)
+	}
+}
+
+// TestOperatorRequests: only an operator credits and verifies; a peer
+// reads only its own history and pays out only its own earnings.
+func TestOperatorRequests(t *testing.T) {
+	c, buyer, provider, operator := start(t, time.Minute)
+	c.operators[operator.Peer.ID()] = true
+	ctx := context.Background()
+	credit := &protocol.CreditRequest{Key: "top-up-1", Account: ledger.Buyer(buyer.id), Amount: 50000, Reason: "UPI top-up"}
+	if _, err := buyer.Call(ctx, credit); code(err) != protocol.CodeForbidden {
+		t.Fatalf("a buyer crediting itself: %v", err)
+	}
+	for i := 0; i < 2; i++ { // the retry changes nothing
+		if _, err := operator.Call(ctx, credit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.Ledger.Balance(ledger.Buyer(buyer.id)); got != 50000 {
+		t.Fatalf("balance after a credit and its retry: %d", got)
+	}
+	credit.Amount = 1
+	if _, err := operator.Call(ctx, credit); code(err) != protocol.CodeConflict {
+		t.Fatalf("same key, other amount: %v", err)
+	}
+	accept := contract(t, c, buyer, provider, "j-1", 3600)
+	commit := seal(t, buyer.key, &protocol.Commit{JobID: "j-1", Provider: provider.id})
+	provider.Send(ctx, &protocol.StartNotice{JobID: "j-1", Accept: accept, Commit: commit})
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := provider.Send(ctx, &protocol.EndNotice{JobID: "j-1", Outcome: protocol.OutcomeCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	earned := c.Ledger.Balance(ledger.Provider(provider.id))
+	if _, err := provider.Call(ctx, &protocol.PayoutRequest{Key: "po-1", Amount: earned + 1}); code(err) != protocol.CodeInsufficientFunds {
+		t.Fatalf("paying out more than earned: %v", err)
+	}
+	if _, err := provider.Call(ctx, &protocol.PayoutRequest{Key: "po-1", Amount: earned}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := buyer.Call(ctx, &protocol.HistoryRequest{Account: ledger.Provider(provider.id)}); code(err) != protocol.CodeForbidden {
+		t.Fatalf("reading another peer's history: %v", err)
+	}
+	reply, err := buyer.Call(ctx, &protocol.HistoryRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := reply.(*protocol.History); len(h.Entries) != 4 { // two credits, the hold, the settlement
+		t.Fatalf("the buyer's history has %d entries", len(h.Entries))
+	}
+	if _, err := buyer.Call(ctx, &protocol.VerifyRequest{}); code(err) != protocol.CodeForbidden {
+		t.Fatalf("a buyer verifying: %v", err)
+	}
+	reply, err = operator.Call(ctx, &protocol.VerifyRequest{})
+	if r := reply.(*protocol.VerifyReport); err != nil || len(r.Problems) != 0 || r.Entries != 5 || r.HeadHash == "" {
+		t.Fatalf("verify: %+v %v", reply, err)
 	}
 }

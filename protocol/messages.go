@@ -246,6 +246,9 @@ type Settlement struct {
 	Fee              int64  `json:"fee"`
 	ProviderPaid     int64  `json:"provider_paid"`
 	Reason           string `json:"reason,omitempty"`
+	// FailedRunsCharged: the buyer's failed-run allowance is used up, so
+	// a run the script fails will be charged.
+	FailedRunsCharged bool `json:"failed_runs_charged,omitempty"`
 }
 
 // BalanceRequest asks for the signer's own balance.
@@ -257,6 +260,74 @@ type Balance struct {
 	Available int64  `json:"available"`
 	Held      int64  `json:"held"`
 	Earned    int64  `json:"earned"`
+	// FailedAllowanceSeconds is how much failed-run time is still free
+	// this week; at zero, a failed run is charged.
+	FailedAllowanceSeconds int64 `json:"failed_allowance_s"`
+}
+
+// CreditRequest moves money into an account. Only an operator may send
+// it. Key makes a retry harmless.
+type CreditRequest struct {
+	Key     string `json:"key"`
+	Account string `json:"account"` // "buyer:PEER" or "provider:PEER"
+	Amount  int64  `json:"amount"`
+	Reason  string `json:"reason"`
+}
+
+// PayoutRequest moves the signer's provider earnings out of the market.
+type PayoutRequest struct {
+	Key    string `json:"key"`
+	Amount int64  `json:"amount"`
+}
+
+// LedgerLeg is one account's side of a journal entry.
+type LedgerLeg struct {
+	Account string `json:"account"`
+	Amount  int64  `json:"amount"`
+}
+
+// LedgerEntry is one journal entry.
+type LedgerEntry struct {
+	Seq    uint64      `json:"seq"`
+	At     int64       `json:"at"`
+	Kind   string      `json:"kind"`
+	Job    string      `json:"job,omitempty"`
+	Reason string      `json:"reason"`
+	Legs   []LedgerLeg `json:"legs"`
+	Hash   string      `json:"hash"`
+}
+
+// Posted answers a credit or payout with the entry it wrote.
+type Posted struct {
+	Entry LedgerEntry `json:"entry"`
+}
+
+// HistoryRequest asks for the journal entries of the signer's accounts;
+// an operator may name any account, or "" for all.
+type HistoryRequest struct {
+	Account string `json:"account,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+}
+
+// History is journal entries, oldest first.
+type History struct {
+	Entries []LedgerEntry `json:"entries"`
+}
+
+// VerifyRequest asks the coordinator to re-check its whole ledger (an
+// operator's request).
+type VerifyRequest struct{}
+
+// VerifyReport is what the check found, and the head the coordinator
+// signs (the envelope's signature covers it).
+type VerifyReport struct {
+	Entries   uint64   `json:"entries"`
+	Accounts  int      `json:"accounts"`
+	Holds     int      `json:"holds"`
+	OpenHolds int      `json:"open_holds"`
+	HeadSeq   uint64   `json:"head_seq"`
+	HeadHash  string   `json:"head_hash"`
+	Problems  []string `json:"problems"`
 }
 
 // Error is a refusal from the coordinator, with a sentence for the user.
@@ -304,6 +375,13 @@ func (Settlement) Kind() string        { return "settlement" }
 func (BalanceRequest) Kind() string    { return "balance_request" }
 func (Balance) Kind() string           { return "balance" }
 func (Error) Kind() string             { return "error" }
+func (CreditRequest) Kind() string     { return "credit_request" }
+func (PayoutRequest) Kind() string     { return "payout_request" }
+func (Posted) Kind() string            { return "posted" }
+func (HistoryRequest) Kind() string    { return "history_request" }
+func (History) Kind() string           { return "history" }
+func (VerifyRequest) Kind() string     { return "verify_request" }
+func (VerifyReport) Kind() string      { return "verify_report" }
 
 // newMessage returns an empty message of a kind, for decoding.
 func newMessage(kind string) (Message, bool) {
@@ -356,6 +434,20 @@ func newMessage(kind string) (Message, bool) {
 		return &Balance{}, true
 	case "error":
 		return &Error{}, true
+	case "credit_request":
+		return &CreditRequest{}, true
+	case "payout_request":
+		return &PayoutRequest{}, true
+	case "posted":
+		return &Posted{}, true
+	case "history_request":
+		return &HistoryRequest{}, true
+	case "history":
+		return &History{}, true
+	case "verify_request":
+		return &VerifyRequest{}, true
+	case "verify_report":
+		return &VerifyReport{}, true
 	}
 	return nil, false
 }

@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg Config) (*Testnet, error) {
 	t.Info.Buyer = BuyerInfo{PeerInfo: PeerInfo{Peer: b.ID().String(), Addrs: b.Addrs(), Data: buyerDir}, API: b.APIURL(), Token: b.Token()}
 	// The testnet's operator tops up the buyer directly in the ledger, once.
 	if c.Ledger.Balance(ledger.Buyer(b.ID().String())) == 0 {
-		if err := c.Ledger.Credit(ledger.Buyer(b.ID().String()), cfg.BuyerCredit, "testnet credit"); err != nil {
+		if _, err := c.Ledger.Credit("testnet/"+b.ID().String(), ledger.Buyer(b.ID().String()), cfg.BuyerCredit, "testnet credit"); err != nil {
 			return fail(err)
 		}
 	}
