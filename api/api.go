@@ -33,6 +33,10 @@ type Service interface {
 	// a .tar.gz.
 	Model(ctx context.Context, id string) (*ModelFile, error)
 	Balance(ctx context.Context) (Balance, error)
+	// History is this node's ledger entries (as buyer and as provider).
+	History(ctx context.Context) ([]LedgerEntry, error)
+	// Payout moves provider earnings out; key makes a retry harmless.
+	Payout(ctx context.Context, amount int64, key string) (LedgerEntry, error)
 }
 
 // Error is an API error: an HTTP status, a stable code for programs and a
@@ -178,33 +182,36 @@ type Telemetry struct {
 
 // Job is a job as the app shows it.
 type Job struct {
-	ID           string       `json:"id"`
-	Tier         string       `json:"tier"`
-	State        string       `json:"state"`
-	Rate         int64        `json:"rate_paise_per_hour"`
-	RateDisplay  string       `json:"rate_display"`
-	CapSeconds   int64        `json:"cap_seconds"`
-	MaxCharge    int64        `json:"max_charge_paise"`
-	Dataset      Input        `json:"dataset"`
-	Script       Input        `json:"script"`
-	Packages     []string     `json:"packages,omitempty"`
-	CreatedAt    time.Time    `json:"created_at"`
-	History      []Transition `json:"history"`
-	Waiting      string       `json:"waiting,omitempty"`
-	Provider     string       `json:"provider,omitempty"`
-	GPU          string       `json:"gpu,omitempty"`
-	Simulated    bool         `json:"simulated,omitempty"`
-	ElapsedMs    int64        `json:"elapsed_ms"`
-	ExitCode     int          `json:"exit_code,omitempty"`
-	Explanation  string       `json:"explanation,omitempty"`
-	Traceback    string       `json:"traceback,omitempty"`
-	Model        *Model       `json:"model,omitempty"`
-	Settled      bool         `json:"settled"`
-	Charged      int64        `json:"charged_paise"`
-	ChargeNote   string       `json:"charge_note,omitempty"` // "Not charged", "Charged ₹0.06 for 5 s"
-	Seconds      int64        `json:"billed_seconds"`
-	SettleReason string       `json:"settle_reason,omitempty"`
-	Telemetry    *Telemetry   `json:"telemetry,omitempty"`
+	ID          string       `json:"id"`
+	Tier        string       `json:"tier"`
+	State       string       `json:"state"`
+	Rate        int64        `json:"rate_paise_per_hour"`
+	RateDisplay string       `json:"rate_display"`
+	CapSeconds  int64        `json:"cap_seconds"`
+	MaxCharge   int64        `json:"max_charge_paise"`
+	Dataset     Input        `json:"dataset"`
+	Script      Input        `json:"script"`
+	Packages    []string     `json:"packages,omitempty"`
+	CreatedAt   time.Time    `json:"created_at"`
+	History     []Transition `json:"history"`
+	Waiting     string       `json:"waiting,omitempty"`
+	Provider    string       `json:"provider,omitempty"`
+	GPU         string       `json:"gpu,omitempty"`
+	Simulated   bool         `json:"simulated,omitempty"`
+	ElapsedMs   int64        `json:"elapsed_ms"`
+	ExitCode    int          `json:"exit_code,omitempty"`
+	Explanation string       `json:"explanation,omitempty"`
+	Traceback   string       `json:"traceback,omitempty"`
+	Model       *Model       `json:"model,omitempty"`
+	Settled     bool         `json:"settled"`
+	Charged     int64        `json:"charged_paise"`
+	ChargeNote  string       `json:"charge_note,omitempty"` // "Not charged", "Charged ₹0.06 for 5 s"
+	Seconds     int64        `json:"billed_seconds"`
+	// FailedRunsCharged: the buyer's failed-run allowance was used up when
+	// the job started, so a failure of the script is charged.
+	FailedRunsCharged bool       `json:"failed_runs_charged,omitempty"`
+	SettleReason      string     `json:"settle_reason,omitempty"`
+	Telemetry         *Telemetry `json:"telemetry,omitempty"`
 }
 
 // JobList is a page of jobs, newest first.
@@ -251,4 +258,30 @@ type Balance struct {
 	AvailableDisplay string `json:"available_display"`
 	HeldDisplay      string `json:"held_display"`
 	EarnedDisplay    string `json:"earned_display"`
+	// FailedAllowanceSeconds of failed runs are still free this week; at
+	// zero, a run the script fails is charged (the price screen says so).
+	FailedAllowanceSeconds int64 `json:"failed_allowance_seconds"`
+}
+
+// LedgerLeg is one account's side of a ledger entry.
+type LedgerLeg struct {
+	Account string `json:"account"`
+	Amount  int64  `json:"amount_paise"`
+}
+
+// LedgerEntry is one entry of the coordinator's journal.
+type LedgerEntry struct {
+	Seq    uint64      `json:"seq"`
+	At     time.Time   `json:"at"`
+	Kind   string      `json:"kind"`
+	Job    string      `json:"job,omitempty"`
+	Reason string      `json:"reason"`
+	Legs   []LedgerLeg `json:"legs"`
+	Hash   string      `json:"hash"`
+}
+
+// PayoutRequest asks to pay provider earnings out.
+type PayoutRequest struct {
+	Amount int64  `json:"amount_paise"`
+	Key    string `json:"key"`
 }

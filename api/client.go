@@ -131,6 +131,14 @@ func (c *Client) Logs(ctx context.Context, id string) (evs []Event, err error) {
 	return evs, c.call(ctx, "GET", "/api/jobs/"+url.PathEscape(id)+"/logs", nil, &evs)
 }
 
+func (c *Client) History(ctx context.Context) (h []LedgerEntry, err error) {
+	return h, c.call(ctx, "GET", "/api/ledger/history", nil, &h)
+}
+
+func (c *Client) Payout(ctx context.Context, amount int64, key string) (e LedgerEntry, err error) {
+	return e, c.call(ctx, "POST", "/api/ledger/payout", PayoutRequest{Amount: amount, Key: key}, &e)
+}
+
 func (c *Client) Balance(ctx context.Context) (b Balance, err error) {
 	return b, c.call(ctx, "GET", "/api/balance", nil, &b)
 }

@@ -33,6 +33,8 @@ func Handler(svc Service, token string, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /api/jobs/{id}/logs", s.auth(s.logs))
 	mux.HandleFunc("GET /api/jobs/{id}/model", s.auth(s.model))
 	mux.HandleFunc("GET /api/balance", s.auth(s.balance))
+	mux.HandleFunc("GET /api/ledger/history", s.auth(s.history))
+	mux.HandleFunc("POST /api/ledger/payout", s.auth(s.payout))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(http.StatusNotFound, CodeNotFound, "There is no API route %s %s.", r.Method, r.URL.Path))
 	})
@@ -237,4 +239,21 @@ func (s *server) model(w http.ResponseWriter, r *http.Request) {
 func (s *server) balance(w http.ResponseWriter, r *http.Request) {
 	b, err := s.svc.Balance(r.Context())
 	s.respond(w, http.StatusOK, b, err)
+}
+
+func (s *server) history(w http.ResponseWriter, r *http.Request) {
+	h, err := s.svc.History(r.Context())
+	s.respond(w, http.StatusOK, h, err)
+}
+
+func (s *server) payout(w http.ResponseWriter, r *http.Request) {
+	var req PayoutRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The payout is not valid JSON: %v.", err))
+		return
+	}
+	e, err := s.svc.Payout(r.Context(), req.Amount, req.Key)
+	s.respond(w, http.StatusCreated, e, err)
 }

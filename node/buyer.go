@@ -98,7 +98,7 @@ func (n *Node) CreateJob(ctx context.Context, spec api.JobSpec) (api.Job, error)
 	}
 	now := time.Now()
 	job := store.Job{
-		ID: id, Tier: tier.Name, Rate: hold.RatePaisePerHour, CapSeconds: capSeconds, MaxCharge: hold.Held,
+		ID: id, Tier: tier.Name, Rate: hold.RatePaisePerHour, CapSeconds: capSeconds, MaxCharge: hold.Held, FailedRunsCharged: hold.FailedRunsCharged,
 		Dataset: ds.Input, Script: sc.Input, Packages: pkgs, CreatedAt: now,
 	}
 	job.SetState(store.Queued, now)
@@ -730,7 +730,7 @@ func (n *Node) view(j store.Job) api.Job {
 		Dataset: api.Input(j.Dataset), Script: api.Input(j.Script), Waiting: j.Waiting,
 		Provider: j.Provider, GPU: j.GPU, Simulated: j.Simulated, ExitCode: j.ExitCode,
 		Explanation: j.Explanation, Traceback: j.Traceback, Settled: j.Settled, Charged: j.Charged,
-		Seconds: j.Seconds, SettleReason: j.SettleReason, Telemetry: telemetryView(j.Telemetry),
+		Seconds: j.Seconds, SettleReason: j.SettleReason, Telemetry: telemetryView(j.Telemetry), FailedRunsCharged: j.FailedRunsCharged,
 	}
 	for _, t := range j.History {
 		v.History = append(v.History, api.Transition(t))

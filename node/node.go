@@ -341,7 +341,52 @@ func (n *Node) Balance(ctx context.Context) (api.Balance, error) {
 	return api.Balance{
 		Account: b.Account, Available: b.Available, Held: b.Held, Earned: b.Earned,
 		AvailableDisplay: money.Format(b.Available), HeldDisplay: money.Format(b.Held), EarnedDisplay: money.Format(b.Earned),
+		FailedAllowanceSeconds: b.FailedAllowanceSeconds,
 	}, nil
+}
+
+func entryView(e protocol.LedgerEntry) api.LedgerEntry {
+	v := api.LedgerEntry{Seq: e.Seq, At: time.UnixMilli(e.At).UTC(), Kind: e.Kind, Job: e.Job, Reason: e.Reason, Hash: e.Hash}
+	for _, l := range e.Legs {
+		v.Legs = append(v.Legs, api.LedgerLeg(l))
+	}
+	return v
+}
+
+// History returns this node's ledger entries from the coordinator.
+func (n *Node) History(ctx context.Context) ([]api.LedgerEntry, error) {
+	reply, err := n.coord.Call(ctx, &protocol.HistoryRequest{})
+	if err != nil {
+		return nil, coordinatorError(err)
+	}
+	h, ok := reply.(*protocol.History)
+	if !ok {
+		return nil, fmt.Errorf("the coordinator answered a history request with %s", reply.Kind())
+	}
+	out := make([]api.LedgerEntry, 0, len(h.Entries))
+	for _, e := range h.Entries {
+		out = append(out, entryView(e))
+	}
+	return out, nil
+}
+
+// Payout pays this provider's earnings out.
+func (n *Node) Payout(ctx context.Context, amount int64, key string) (api.LedgerEntry, error) {
+	if amount <= 0 {
+		return api.LedgerEntry{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "A payout must be more than ₹0.")
+	}
+	if key == "" {
+		key = newJobID() // a client that does not retry needs no stable key
+	}
+	reply, err := n.coord.Call(ctx, &protocol.PayoutRequest{Key: key, Amount: amount})
+	if err != nil {
+		return api.LedgerEntry{}, coordinatorError(err)
+	}
+	p, ok := reply.(*protocol.Posted)
+	if !ok {
+		return api.LedgerEntry{}, fmt.Errorf("the coordinator answered a payout with %s", reply.Kind())
+	}
+	return entryView(p.Entry), nil
 }
 
 // topic joins a gossipsub topic once, with a validator that drops

@@ -96,6 +96,8 @@ type Job struct {
 	Traceback   string `json:"traceback,omitempty"`
 	Model       *Model `json:"model,omitempty"`
 
+	FailedRunsCharged bool `json:"failed_runs_charged,omitempty"`
+
 	Settled      bool   `json:"settled"`
 	Charged      int64  `json:"charged"`
 	Seconds      int64  `json:"seconds"`

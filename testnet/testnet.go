@@ -17,6 +17,9 @@ import (
 	"github.com/trisparc/gaas/gpu"
 	"github.com/trisparc/gaas/ledger"
 	"github.com/trisparc/gaas/node"
+	"github.com/trisparc/gaas/p2p"
+
+	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 // InfoFile is written into the testnet's folder once every peer is ready.
@@ -58,9 +61,17 @@ type BuyerInfo struct {
 	Token string `json:"token"`
 }
 
+// OperatorInfo is the key that may credit accounts and verify the
+// ledger (gaas ledger credit / verify --operator-key).
+type OperatorInfo struct {
+	Peer    string `json:"peer"`
+	KeyFile string `json:"key_file"`
+}
+
 // Info is what testnet.json holds.
 type Info struct {
 	Coordinator PeerInfo       `json:"coordinator"`
+	Operator    OperatorInfo   `json:"operator"`
 	Providers   []ProviderInfo `json:"providers"`
 	Buyer       BuyerInfo      `json:"buyer"`
 }
@@ -100,7 +111,17 @@ func Start(ctx context.Context, cfg Config) (*Testnet, error) {
 		t.Close()
 		return nil, err
 	}
-	c, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(cfg.Dir, "coordinator"), Logger: log})
+	opDir := filepath.Join(cfg.Dir, "operator")
+	if err := os.MkdirAll(opDir, 0o700); err != nil {
+		return fail(err)
+	}
+	opKey, err := p2p.LoadIdentity(opDir)
+	if err != nil {
+		return fail(err)
+	}
+	opID, _ := peer.IDFromPrivateKey(opKey)
+	t.Info.Operator = OperatorInfo{Peer: opID.String(), KeyFile: filepath.Join(opDir, p2p.IdentityFile)}
+	c, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(cfg.Dir, "coordinator"), Operators: []peer.ID{opID}, Logger: log})
 	if err != nil {
 		return fail(fmt.Errorf("starting the coordinator: %w", err))
 	}

@@ -30,6 +30,16 @@ or GAAS_TOKEN, or the token in GAAS_DATA):
                                the seconds it ran
   job model ID [--out DIR]     save a completed job's model again
   ledger balance [--json]      this node's balance at the coordinator
+  ledger history [--json]      this node's ledger entries
+  ledger payout AMOUNT         pay provider earnings out (rupees)
+
+Operate the coordinator (--coordinator ADDR --operator-key FILE, or
+GAAS_COORDINATOR and GAAS_OPERATOR_KEY):
+  ledger credit ACCOUNT AMOUNT [--key K]
+                               top an account up (rupees); the same key
+                               never credits twice
+  ledger verify [--json]       re-walk the journal and check every
+                               invariant; exits 1 on any problem
 
 Inspect this machine:
   gpu          the NVIDIA GPUs found and the tier each can serve
@@ -55,6 +65,10 @@ Each takes --node URL (GAAS_NODE) and --token TOKEN (GAAS_TOKEN).
 `,
 	"ledger": `Usage:
   gaas ledger balance [--json] [--node URL] [--token TOKEN]
+  gaas ledger history [--json] [--node URL] [--token TOKEN]
+  gaas ledger payout AMOUNT [--key K] [--node URL] [--token TOKEN]
+  gaas ledger credit ACCOUNT AMOUNT [--key K] [--reason R] --coordinator ADDR --operator-key FILE
+  gaas ledger verify [--json] --coordinator ADDR --operator-key FILE
 `,
 }
 

@@ -173,6 +173,9 @@ func (c *cli) submitAndFollow(ctx context.Context, svc api.Service, s submission
 	}
 	fmt.Fprintf(w, "Tier      %s (%s) at %s\n", tier.Title, tier.Class, tier.RateDisplay)
 	fmt.Fprintf(w, "Budget    stops after %s, so it costs at most %s\n", formatDuration(s.capSeconds), money.Format(maxCharge))
+	if b, err := svc.Balance(ctx); err == nil {
+		fmt.Fprintf(w, "If the script fails: %s\n", allowanceLine(b.FailedAllowanceSeconds))
+	}
 	if !s.yes {
 		if !c.interactive {
 			return api.Job{}, errors.New("not starting: the price needs your confirmation and there is no terminal to ask on; pass --yes to accept it")

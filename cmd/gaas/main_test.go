@@ -216,3 +216,36 @@ func TestSandboxRun(t *testing.T) {
 		t.Fatalf("not a script: %+v", r)
 	}
 }
+
+func TestLedgerCommands(t *testing.T) {
+	env, tn := startTestnet(t, 1)
+	op := map[string]string{"GAAS_COORDINATOR": pickAddr(tn.Info.Coordinator.Addrs), "GAAS_OPERATOR_KEY": tn.Info.Operator.KeyFile}
+	for i := 0; i < 2; i++ { // a retry with the same key credits once
+		if r := gaas(t, op, "ledger", "credit", tn.Info.Buyer.Peer, "250.50", "--key", "upi-1"); r.code != 0 || !strings.Contains(r.stdout, "Credited ₹250.50 to buyer:") {
+			t.Fatalf("credit: %+v", r)
+		}
+	}
+	b, _ := api.NewClient(env["GAAS_NODE"], env["GAAS_TOKEN"]).Balance(context.Background())
+	if b.Available != testnet.DefaultBuyerCredit+25050 {
+		t.Fatalf("balance after a credit and its retry: %d", b.Available)
+	}
+	if r := gaas(t, op, "ledger", "credit", tn.Info.Buyer.Peer, "1", "--key", "upi-1"); r.code != 1 || !strings.Contains(r.stderr, "already used for a different request") {
+		t.Fatalf("same key, other amount: %+v", r)
+	}
+	impostor := map[string]string{"GAAS_COORDINATOR": op["GAAS_COORDINATOR"], "GAAS_OPERATOR_KEY": filepath.Join(tn.Info.Buyer.Data, "identity.key")}
+	if r := gaas(t, impostor, "ledger", "credit", tn.Info.Buyer.Peer, "1000"); r.code != 1 || !strings.Contains(r.stderr, "Only the coordinator's operator may credit") {
+		t.Fatalf("a buyer's key crediting: %+v", r)
+	}
+	if r := gaas(t, op, "ledger", "verify"); r.code != 0 || !strings.Contains(r.stdout, "Verified: every invariant holds.") {
+		t.Fatalf("verify: %+v", r)
+	}
+	if r := gaas(t, nil, "ledger", "verify"); r.code != 2 || !strings.Contains(r.stderr, "operator's command") {
+		t.Fatalf("verify without the operator's key: %+v", r)
+	}
+	if r := gaas(t, env, "ledger", "history"); r.code != 0 || strings.Count(r.stdout, "\n") != 3 || !strings.Contains(r.stdout, "+₹250.50") {
+		t.Fatalf("history: %+v", r)
+	}
+	if r := gaas(t, env, "ledger", "payout", "5"); r.code != 1 || !strings.Contains(r.stderr, "does not hold that much") {
+		t.Fatalf("payout with no earnings: %+v", r)
+	}
+}

@@ -45,4 +45,5 @@ func printTestnet(w io.Writer, info testnet.Info, dir string) {
 	}
 	fmt.Fprintf(w, "  buyer        %s\n               API %s\n", info.Buyer.Peer, info.Buyer.API)
 	fmt.Fprintf(w, "Use the buyer: export GAAS_NODE=%s GAAS_TOKEN=%s\n", info.Buyer.API, info.Buyer.Token)
+	fmt.Fprintf(w, "Operate the ledger: export GAAS_COORDINATOR=%s GAAS_OPERATOR_KEY=%s\n", pickAddr(info.Coordinator.Addrs), info.Operator.KeyFile)
 }
