@@ -206,15 +206,20 @@ const (
 // buyer that stops reading cannot freeze the provider; a failed write ends
 // the job.
 type jobStream struct {
-	s    network.Stream
-	conn *protocol.Conn
-	stop context.CancelFunc
+	s      network.Stream
+	conn   *protocol.Conn
+	stop   context.CancelFunc
+	broken atomic.Pointer[error] // the first failed write; later ones are dropped at once
 }
 
 func (js *jobStream) send(m protocol.Message) error {
+	if err := js.broken.Load(); err != nil {
+		return *err
+	}
 	js.s.SetWriteDeadline(time.Now().Add(sendTimeout))
 	err := js.conn.Send(m)
 	if err != nil {
+		js.broken.CompareAndSwap(nil, &err)
 		js.stop()
 	}
 	return err
@@ -379,7 +384,7 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 		return &protocol.Finished{Outcome: protocol.OutcomeAborted, Cause: cause, Reason: fmt.Sprintf(format, args...)}, metered
 	}
 	dir := filepath.Join(n.cfg.DataDir, "provider", "jobs", ct.JobID)
-	defer os.RemoveAll(dir)
+	defer sandbox.RemoveJobDir(dir)
 	datasetName, scriptName := safeName(ct.DatasetName, "data.csv"), safeName(ct.ScriptName, "train.py")
 	if datasetName == scriptName {
 		datasetName = "data.csv"

@@ -199,6 +199,17 @@ def main():
 			check: outcome(ScriptFailed, DiskFull), // SIGXFSZ at the per-file limit, or the quota
 		},
 		{
+			name:   "an inode bomb",
+			limits: Limits{Files: 5000, Wall: 60 * time.Second},
+			script: `import os
+def main():
+    os.makedirs('/job/many', exist_ok=True)
+    for i in range(10000000):
+        open('/job/many/%d' % i, 'w').close()
+`,
+			check: outcome(DiskFull),
+		},
+		{
 			name:   "filling /tmp",
 			limits: Limits{TmpBytes: 16 << 20},
 			script: "def main():" + probe("tmp", "open('/tmp/fill', 'wb').write(b'x' * (64 << 20))"),
@@ -319,6 +330,55 @@ def main():
 					t.Fatalf("a sparse model was accepted: %v (%s)", err, res.Outcome)
 				}
 			},
+		},
+		{
+			name: "the node's session keyring",
+			script: `import ctypes, platform
+def main():
+    libc = ctypes.CDLL(None, use_errno=True)
+    # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING)
+    r = libc.syscall(250 if platform.machine() == 'x86_64' else 219, 0, -3, 0)
+    print(("LEAKED keyring %d" % r) if r >= 0 else ("BLOCKED keyctl errno %d" % ctypes.get_errno()))
+`,
+			check: contained,
+		},
+		{
+			name: "io_uring, whose operations bypass seccomp",
+			script: `import ctypes
+def main():
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)
+    r = libc.syscall(425, 8, params)
+    print(("LEAKED io_uring fd %d" % r) if r >= 0 else ("BLOCKED io_uring errno %d" % ctypes.get_errno()))
+`,
+			check: contained,
+		},
+		{
+			name:   "memory in the root tmpfs and /dev/shm",
+			limits: Limits{TmpBytes: 16 << 20},
+			script: "def main():" + probe("root", "open('/planted', 'wb').write(b'x' * (64 << 20))") +
+				probe("shm", "open('/dev/shm/fill', 'wb').write(b'x' * (64 << 20))"),
+			check: contained,
+		},
+		{
+			name: "file descriptors inherited from the node",
+			setup: func(t *testing.T) map[string]string {
+				// A descriptor without close-on-exec, as one inherited from
+				// whatever started the node would be.
+				fd, err := syscall.Open(os.Args[0], syscall.O_RDONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { syscall.Close(fd) })
+				return nil
+			},
+			script: `import os
+def main():
+    fds = [int(f) for f in os.listdir('/proc/self/fd')]
+    extra = [f for f in fds if f > 3]  # 3 is the listing's own
+    print(("LEAKED fds %s" % extra) if extra else "BLOCKED fds")
+`,
+			check: contained,
 		},
 		{
 			name: "nested user namespaces and mounts",

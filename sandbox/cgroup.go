@@ -133,7 +133,39 @@ func detectHierarchy() (*hierarchy, error) {
 		return nil, err
 	}
 	probe.remove()
+	h.sweepDead()
 	return h, nil
+}
+
+// jobCgroupName names a job's cgroup after this process, so that a node
+// can tell the leftovers of a crashed one (sweepDead) from another live
+// node's jobs.
+func jobCgroupName() string {
+	return fmt.Sprintf("job-%d-%s", os.Getpid(), randomName())
+}
+
+// sweepDead removes the job cgroups of nodes that are no longer running
+// (killing whatever is left in them).
+func (h *hierarchy) sweepDead() {
+	var parents []string
+	if h.version == 1 {
+		parents = []string{filepath.Join(h.dirs["memory"], "gaas"), filepath.Join(h.dirs["pids"], "gaas")}
+	} else {
+		parents = []string{filepath.Join(h.dirs[""], "gaas")}
+	}
+	for _, parent := range parents {
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			var pid int
+			if _, err := fmt.Sscanf(e.Name(), "job-%d-", &pid); err != nil || pid <= 0 {
+				continue
+			}
+			if syscall.Kill(pid, 0) == syscall.ESRCH {
+				cg := &jobCgroup{version: h.version, dirs: []string{filepath.Join(parent, e.Name())}}
+				cg.remove()
+			}
+		}
+	}
 }
 
 // jobCgroup is one job's cgroup (one folder per v1 controller, or one v2

@@ -14,6 +14,7 @@ type Limits struct {
 	Processes   int64         // processes and threads at once
 	OpenFiles   uint64        // per process
 	DiskBytes   int64         // written into the job folder, model included
+	Files       int64         // files and folders in the job folder (inodes)
 	TmpBytes    int64         // the private /tmp (counted as memory)
 	OutputBytes int64         // stdout and stderr passed on; the rest is cut
 }
@@ -25,6 +26,7 @@ var DefaultLimits = Limits{
 	Processes:   256,
 	OpenFiles:   1024,
 	DiskBytes:   10 << 30,
+	Files:       200000,
 	TmpBytes:    512 << 20,
 	OutputBytes: 16 << 20,
 }
@@ -45,6 +47,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.DiskBytes > 0 {
 		d.DiskBytes = l.DiskBytes
+	}
+	if l.Files > 0 {
+		d.Files = l.Files
 	}
 	if l.TmpBytes > 0 {
 		d.TmpBytes = l.TmpBytes
@@ -78,6 +83,7 @@ func (e Enforcement) Lines(l Limits) []string {
 		fmt.Sprintf("processes    %-10d %s", l.Processes, e.Processes),
 		fmt.Sprintf("open files   %-10d %s", l.OpenFiles, e.OpenFiles),
 		fmt.Sprintf("disk         %-10s %s", bytesString(l.DiskBytes), e.Disk),
+		fmt.Sprintf("files        %-10d %s", l.Files, e.Disk),
 		fmt.Sprintf("/tmp         %-10s tmpfs of that size", bytesString(l.TmpBytes)),
 		fmt.Sprintf("output       %-10s %s", bytesString(l.OutputBytes), e.Output),
 		fmt.Sprintf("network      %-10s %s", "none", e.Network),

@@ -39,6 +39,7 @@ func CheckOutput(jobDir string, maxBytes int64) (Output, error) {
 		return Output{}, errors.New("$GAAS_OUTPUT was replaced by something that is not a folder")
 	}
 	res := Output{Path: out, Name: "model"}
+	entries := 0
 	err = filepath.WalkDir(out, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -54,6 +55,9 @@ func CheckOutput(jobDir string, maxBytes int64) (Output, error) {
 		if err != nil {
 			return err
 		}
+		if entries++; entries > MaxOutputFiles {
+			return fmt.Errorf("the output holds more than %d files and folders", MaxOutputFiles)
+		}
 		switch {
 		case info.Mode()&fs.ModeSymlink != 0:
 			return fmt.Errorf("the output holds a link (%s); save real files instead", rel)
@@ -62,9 +66,7 @@ func CheckOutput(jobDir string, maxBytes int64) (Output, error) {
 		case !info.Mode().IsRegular():
 			return fmt.Errorf("the output holds %s, which is not a regular file", rel)
 		}
-		if res.Files++; res.Files > MaxOutputFiles {
-			return fmt.Errorf("the output holds more than %d files", MaxOutputFiles)
-		}
+		res.Files++
 		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < info.Size()-64<<10 {
 			return fmt.Errorf("the output file %s is sparse (%d bytes long but mostly holes)", rel, info.Size())
 		}

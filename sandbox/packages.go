@@ -58,11 +58,16 @@ func (s *Sandbox) Install(ctx context.Context, packages []string, output func(st
 	}
 	defer os.RemoveAll(tmp) // gone once renamed
 	var args []string
-	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/usr/share/ca-certificates"} {
+	// Name resolution and the public certificates only: /etc/ssl also
+	// holds private keys.
+	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl/certs", "/etc/ca-certificates", "/usr/share/ca-certificates"} {
 		args = append(args, "--ro-bind-try", f, f)
 	}
+	// Wheels only: installing a wheel runs none of the package's code,
+	// where building a source distribution runs its setup.py with the
+	// network on.
 	pip := []string{s.python, "-I", "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
-		"--progress-bar", "off", "--target", PackagesDir}
+		"--progress-bar", "off", "--only-binary", ":all:", "--target", PackagesDir}
 	if s.PipFindLinks != "" {
 		args = append(args, "--ro-bind", s.PipFindLinks, "/opt/gaas/wheels")
 		pip = append(pip, "--no-index", "--find-links", "/opt/gaas/wheels")

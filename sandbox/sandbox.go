@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,6 +137,7 @@ func (s *Sandbox) baseArgs(l Limits) []string {
 		"--ro-bind", "/usr", "/usr",
 		"--proc", "/proc", "--dev", "/dev",
 		"--size", fmt.Sprint(l.TmpBytes), "--tmpfs", "/tmp",
+		"--size", fmt.Sprint(l.TmpBytes), "--tmpfs", "/dev/shm",
 	}
 	// Debian and friends link /bin, /lib... into /usr; older layouts have
 	// real folders.
@@ -259,7 +261,7 @@ func (s *Sandbox) limits(job Limits) Limits {
 	for _, v := range []struct {
 		dst *int64
 		src int64
-	}{{&l.MemoryBytes, job.MemoryBytes}, {&l.Processes, job.Processes}, {&l.DiskBytes, job.DiskBytes}, {&l.TmpBytes, job.TmpBytes}, {&l.OutputBytes, job.OutputBytes}} {
+	}{{&l.MemoryBytes, job.MemoryBytes}, {&l.Processes, job.Processes}, {&l.DiskBytes, job.DiskBytes}, {&l.Files, job.Files}, {&l.TmpBytes, job.TmpBytes}, {&l.OutputBytes, job.OutputBytes}} {
 		if v.src > 0 {
 			*v.dst = v.src
 		}
@@ -293,6 +295,7 @@ var sandboxEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 // exec runs bwrap with the base isolation plus r.args, streaming output
 // and enforcing every limit.
 func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
+	closeInheritedFiles()
 	args := append(s.baseArgs(r.lim), r.args...)
 	runCtx, cancel := context.WithTimeout(ctx, r.lim.Wall)
 	defer cancel()
@@ -308,12 +311,24 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 		options.WriteString(a)
 		options.WriteByte(0)
 	}
+	// Last of the options, once every mount point exists: bwrap's own
+	// root is an unlimited tmpfs, and nothing may be written there.
+	options.WriteString("--remount-ro\x00/\x00")
 	fd5, err := dataPipe(options.Bytes())
 	if err != nil {
 		return Result{}, err
 	}
 	defer fd5.Close()
-	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "gaas-sandbox", s.bwrap, "--args", "5"}, command...)...)
+	bwrapArgs := []string{"-c", gate, "gaas-sandbox", s.bwrap, "--args", "5"}
+	var fd6 *os.File
+	if filter := seccompFilter(); filter != nil {
+		if fd6, err = dataPipe(filter); err != nil {
+			return Result{}, err
+		}
+		defer fd6.Close()
+		bwrapArgs = append(bwrapArgs, "--seccomp", "6")
+	}
+	cmd := exec.Command("/bin/sh", append(bwrapArgs, command...)...)
 	cmd.Env, cmd.Dir = sandboxEnv, "/" // the shell would put its folder in PWD
 	// Its own process group, and SIGKILL if this process dies: nothing the
 	// job started may outlive it.
@@ -330,6 +345,9 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 	defer gateR.Close()
 	defer gateW.Close()
 	cmd.ExtraFiles = []*os.File{fd3, gateR, fd5}
+	if fd6 != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, fd6)
+	}
 	// Our own pipes, not cmd.StdoutPipe: Wait closes those as soon as the
 	// process exits, losing output still buffered in them. These are read
 	// to the end, which comes once every process of the job is gone.
@@ -373,10 +391,25 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 		return Result{}, fmt.Errorf("starting the sandbox: %w", err)
 	}
 	pid := cmd.Process.Pid
-	kill := func() { syscall.Kill(-pid, syscall.SIGKILL) }
+	// Once the gate is reaped its process group id may be reused: after
+	// that, kill must not fire.
+	var mu sync.Mutex
+	exited := false
+	kill := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !exited {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+	markExited := func() {
+		mu.Lock()
+		exited = true
+		mu.Unlock()
+	}
 	var cg *jobCgroup
 	if s.hier != nil {
-		if cg, err = s.hier.create("job-"+randomName(), r.lim); err == nil {
+		if cg, err = s.hier.create(jobCgroupName(), r.lim); err == nil {
 			err = cg.add(pid)
 		}
 		if err != nil {
@@ -399,7 +432,7 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 
 	var diskFull atomic.Bool
 	if r.diskDir != "" {
-		go watchDisk(runCtx, r.diskDir, r.lim.DiskBytes, func() { diskFull.Store(true); kill() })
+		go watchDisk(runCtx, r.diskDir, r.lim, func() { diskFull.Store(true); kill() })
 	}
 	var werr error
 	select {
@@ -410,6 +443,7 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 		kill()
 		werr = <-waitErr
 	}
+	markExited()
 	if cg != nil {
 		cg.killAll() // anything that slipped out of the PID namespace's reach
 	}
@@ -437,6 +471,22 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 		return res, fmt.Errorf("waiting for the sandbox: %w", werr)
 	}
 	return res, nil
+}
+
+// closeInheritedFiles marks every file descriptor this process holds
+// close-on-exec. Go opens its own that way, but descriptors inherited from
+// whatever started the node are not, and would reach the job.
+func closeInheritedFiles() {
+	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return
+	}
+	entries, _ := os.ReadDir("/proc/self/fd") // kernels before 5.11
+	for _, e := range entries {
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err == nil && fd > 2 {
+			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
 }
 
 // dataPipe is a pipe already holding data, closed for writing. Data
@@ -491,7 +541,7 @@ func setRlimits(pid int, l Limits, cgroup bool) error {
 
 // watchDisk measures what the job wrote into its folder (its read-only
 // input aside) twice a second, and calls over once it passes limit.
-func watchDisk(ctx context.Context, dir string, limit int64, over func()) {
+func watchDisk(ctx context.Context, dir string, lim Limits, over func()) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -500,31 +550,57 @@ func watchDisk(ctx context.Context, dir string, limit int64, over func()) {
 			return
 		case <-tick.C:
 		}
-		if diskUsage(dir) > limit {
+		if diskUsage(dir, lim.Files) > lim.DiskBytes {
 			over()
 			return
 		}
 	}
 }
 
-// diskUsage adds up the blocks allocated under dir, input/ excepted.
-func diskUsage(dir string) int64 {
-	var total int64
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() && path == filepath.Join(dir, "input") {
-			return filepath.SkipDir
-		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				total += st.Blocks * 512
+// diskUsage adds up the blocks allocated under dir, input/ excepted; a
+// job with more than maxFiles files and folders (each an inode of the
+// provider's disk, even empty) counts as over any limit. Folders the job made
+// unreadable are opened up again first: their owner is this process.
+func diskUsage(dir string, maxFiles int64) int64 {
+	var total, files int64
+	var walk func(root string)
+	walk = func(root string) {
+		filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if d != nil && d.IsDir() && path != root && os.Chmod(path, 0o700) == nil {
+					walk(path)
+				}
+				return nil
 			}
+			if d.IsDir() && path == filepath.Join(dir, "input") {
+				return filepath.SkipDir
+			}
+			files++
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					total += st.Blocks * 512
+				}
+			}
+			return nil
+		})
+	}
+	walk(dir)
+	if files > maxFiles {
+		return math.MaxInt64
+	}
+	return total
+}
+
+// RemoveJobDir deletes a job folder, first giving back permissions the
+// job may have taken away from its own folders.
+func RemoveJobDir(dir string) error {
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			os.Chmod(path, 0o700)
 		}
 		return nil
 	})
-	return total
+	return os.RemoveAll(dir)
 }
 
 // outputLimiter turns the script's output into lines and stops passing

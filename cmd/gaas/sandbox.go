@@ -85,7 +85,7 @@ func (c *cli) sandboxCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer sandbox.RemoveJobDir(dir)
 	in := filepath.Join(dir, "input")
 	os.MkdirAll(in, 0o755)
 	scriptName := filepath.Base(script)
