@@ -199,6 +199,22 @@ def main():
 			check: outcome(ScriptFailed, DiskFull), // SIGXFSZ at the per-file limit, or the quota
 		},
 		{
+			name:   "deleted files kept open",
+			limits: Limits{DiskBytes: 64 << 20, Wall: 30 * time.Second},
+			script: `import os, time
+def main():
+    kept = []
+    for i in range(100):  # each file below the per-file limit, together far above
+        f = open('/job/hidden', 'wb')
+        os.unlink('/job/hidden')
+        f.write(os.urandom(12 << 20))
+        f.flush()
+        kept.append(f)
+        time.sleep(0.05)
+`,
+			check: outcome(DiskFull),
+		},
+		{
 			name:   "an inode bomb",
 			limits: Limits{Files: 5000, Wall: 60 * time.Second},
 			script: `import os

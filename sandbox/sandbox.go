@@ -432,7 +432,7 @@ func (s *Sandbox) exec(ctx context.Context, r run) (Result, error) {
 
 	var diskFull atomic.Bool
 	if r.diskDir != "" {
-		go watchDisk(runCtx, r.diskDir, r.lim, func() { diskFull.Store(true); kill() })
+		go watchDisk(runCtx, r.diskDir, r.lim, cg, func() { diskFull.Store(true); kill() })
 	}
 	var werr error
 	select {
@@ -540,8 +540,9 @@ func setRlimits(pid int, l Limits, cgroup bool) error {
 }
 
 // watchDisk measures what the job wrote into its folder (its read-only
-// input aside) twice a second, and calls over once it passes limit.
-func watchDisk(ctx context.Context, dir string, lim Limits, over func()) {
+// input aside), and the files its processes deleted but hold open, twice a
+// second, and calls over once it passes the limits.
+func watchDisk(ctx context.Context, dir string, lim Limits, cg *jobCgroup, over func()) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -550,11 +551,39 @@ func watchDisk(ctx context.Context, dir string, lim Limits, over func()) {
 			return
 		case <-tick.C:
 		}
-		if diskUsage(dir, lim.Files) > lim.DiskBytes {
+		used := diskUsage(dir, lim.Files)
+		if cg != nil && used <= lim.DiskBytes {
+			used += openDeleted(cg.procs())
+		}
+		if used > lim.DiskBytes {
 			over()
 			return
 		}
 	}
+}
+
+// openDeleted adds up the blocks of files the processes deleted but keep
+// open (or made with O_TMPFILE): invisible in the folder, still on disk.
+func openDeleted(pids []int) int64 {
+	var total int64
+	seen := map[uint64]bool{}
+	for _, pid := range pids {
+		fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+		fds, _ := os.ReadDir(fdDir)
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+			if err != nil || !strings.HasSuffix(target, " (deleted)") {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join(fdDir, fd.Name()), &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || seen[st.Ino] {
+				continue
+			}
+			seen[st.Ino] = true
+			total += st.Blocks * 512
+		}
+	}
+	return total
 }
 
 // diskUsage adds up the blocks allocated under dir, input/ excepted; a
