@@ -79,6 +79,11 @@ func crashClient(dir string) {
 	os.Exit(0)
 }
 
+func ackCount(dir string) int {
+	data, _ := os.ReadFile(filepath.Join(dir, "acks"))
+	return strings.Count(string(data), "\n")
+}
+
 func TestCrashRecovery(t *testing.T) {
 	if dir := os.Getenv("GAAS_LEDGER_CRASH_DIR"); dir != "" {
 		crashClient(dir)
@@ -101,17 +106,40 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- child.Wait() }()
-		finished := false
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("the client failed: %v", err)
+		// Kill only once this run has made progress, at a random point
+		// after it; after enough kills, let the stream finish.
+		acked := ackCount(dir)
+		progressed := make(chan struct{})
+		go func() {
+			for ackCount(dir) == acked {
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Millisecond):
+				}
 			}
-			finished = true
-		case <-time.After(time.Duration(20+rng.IntN(100)) * time.Millisecond):
-			child.Process.Signal(syscall.SIGKILL)
-			<-done
-			kills++
+			close(progressed)
+		}()
+		finished := false
+		killAt := make(<-chan time.Time)
+		for !finished && killAt != nil {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("the client failed: %v", err)
+				}
+				finished = true
+			case <-progressed:
+				progressed = nil
+				if kills < 60 {
+					killAt = time.After(time.Duration(rng.IntN(80)) * time.Millisecond)
+				}
+			case <-killAt:
+				child.Process.Signal(syscall.SIGKILL)
+				<-done
+				kills++
+				killAt = nil
+			}
 		}
 		l, err := Open(filepath.Join(dir, "ledger.db"), nil)
 		if err != nil {
