@@ -198,6 +198,7 @@ type Job struct {
 	Provider    string       `json:"provider,omitempty"`
 	GPU         string       `json:"gpu,omitempty"`
 	Simulated   bool         `json:"simulated,omitempty"`
+	Attempts    int          `json:"attempts"` // providers tried; more than one after a provider was lost
 	ElapsedMs   int64        `json:"elapsed_ms"`
 	ExitCode    int          `json:"exit_code,omitempty"`
 	Explanation string       `json:"explanation,omitempty"`

@@ -40,6 +40,7 @@ type buyerRun struct {
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
+	runID     string         // the current attempt
 	conn      *protocol.Conn // the job stream, once a provider confirmed
 	cancelled bool
 	telemetry *store.Telemetry
@@ -85,25 +86,19 @@ func (n *Node) CreateJob(ctx context.Context, spec api.JobSpec) (api.Job, error)
 		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "Package %v.", err)
 	}
 	id := newJobID()
-	// The hold must not be orphaned by a client that hangs up mid-request:
-	// it runs to its own deadline, and anything short of a clear refusal
-	// is voided.
-	hold, err := n.coord.Send(context.WithoutCancel(ctx), &protocol.HoldRequest{JobID: id, Tier: tier.Name, CapSeconds: capSeconds})
+	runID := attemptID(id, 1)
+	hold, err := n.holdFor(context.WithoutCancel(ctx), runID, tier.Name, capSeconds)
 	if err != nil {
-		var pe *protocol.Error
-		if !errors.As(err, &pe) {
-			n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: id, Reason: "the hold's answer was lost"})
-		}
 		return api.Job{}, coordinatorError(err)
 	}
 	now := time.Now()
 	job := store.Job{
-		ID: id, Tier: tier.Name, Rate: hold.RatePaisePerHour, CapSeconds: capSeconds, MaxCharge: hold.Held, FailedRunsCharged: hold.FailedRunsCharged,
+		ID: id, Run: runID, Tier: tier.Name, Rate: hold.RatePaisePerHour, CapSeconds: capSeconds, MaxCharge: hold.Held, FailedRunsCharged: hold.FailedRunsCharged,
 		Dataset: ds.Input, Script: sc.Input, Packages: pkgs, CreatedAt: now,
 	}
 	job.SetState(store.Queued, now)
 	if err := n.store.CreateJob(job); err != nil {
-		n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: id, Reason: "the buyer's node could not store the job"})
+		n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: runID, Reason: "the buyer's node could not store the job"})
 		return api.Job{}, err
 	}
 	n.log.Info("job queued", "job", id, "tier", tier.Name, "held", hold.Held)
@@ -113,7 +108,7 @@ func (n *Node) CreateJob(ctx context.Context, spec api.JobSpec) (api.Job, error)
 
 func (n *Node) startRun(job store.Job) {
 	ctx, cancel := context.WithCancel(n.ctx)
-	run := &buyerRun{cancel: cancel}
+	run := &buyerRun{cancel: cancel, runID: job.Run}
 	n.mu.Lock()
 	n.runs[job.ID] = run
 	n.mu.Unlock()
@@ -128,6 +123,29 @@ func (n *Node) startRun(job store.Job) {
 	})
 }
 
+// maxAttempts is how many providers a job may lose before it fails.
+const maxAttempts = 3
+
+// attemptID names one attempt at a job: the coordinator holds funds, and
+// providers run contracts, per attempt, so a lost attempt is voided on
+// its own and the job goes on.
+func attemptID(job string, attempt int) string { return fmt.Sprintf("%s-r%d", job, attempt) }
+
+// holdFor holds an attempt's maximum cost. The hold must not be orphaned
+// by a client that hangs up mid-request: ctx should not end with the
+// request, and anything short of a clear refusal is voided.
+func (n *Node) holdFor(ctx context.Context, runID, tier string, capSeconds int64) (*protocol.Settlement, error) {
+	hold, err := n.coord.Send(ctx, &protocol.HoldRequest{JobID: runID, Tier: tier, CapSeconds: capSeconds})
+	if err != nil {
+		var pe *protocol.Error
+		if !errors.As(err, &pe) {
+			n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: runID, Reason: "the hold's answer was lost"})
+		}
+		return nil, err
+	}
+	return hold, nil
+}
+
 // session is an accepted job stream.
 type session struct {
 	stream   network.Stream
@@ -137,22 +155,59 @@ type session struct {
 }
 
 func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
-	sess, err := n.match(ctx, job)
-	switch {
-	case n.ctx.Err() != nil:
-		return // the node is closing; the job is recovered on restart
-	case err != nil && ctx.Err() != nil: // cancelled while queued
-		set, _ := n.coord.Send(context.Background(), &protocol.CancelNotice{JobID: job.ID})
-		n.finish(job.ID, store.Cancelled, set, nil)
-		return
-	case err != nil:
-		set, _ := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: "matching failed"})
-		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
-			j.Explanation = "The job could not be matched with a provider: " + err.Error()
-		})
-		return
+	lost := map[peer.ID]bool{} // providers this job lost: not tried again
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			runID := attemptID(job.ID, attempt)
+			if _, err := n.holdFor(context.Background(), runID, job.Tier, job.CapSeconds); err != nil {
+				n.finish(job.ID, store.Failed, nil, func(j *store.Job) {
+					j.Explanation = "The provider was lost, and a new attempt could not be paid for: " + sentence(coordinatorError(err))
+				})
+				return
+			}
+			updated, ev, err := n.store.UpdateJob(job.ID, func(j *store.Job) error {
+				j.Run = runID
+				j.SetState(store.Queued, time.Now())
+				return nil
+			})
+			if err != nil {
+				return
+			}
+			if ev != nil {
+				n.publish(job.ID, eventView(*ev))
+			}
+			job = updated
+			run.setRun(runID)
+		}
+		sess, err := n.match(ctx, job, lost)
+		switch {
+		case n.ctx.Err() != nil:
+			return // the node is closing; the job is recovered on restart
+		case err != nil && ctx.Err() != nil: // cancelled while queued
+			set, _ := n.coord.Send(context.Background(), &protocol.CancelNotice{JobID: job.Run})
+			n.finish(job.ID, store.Cancelled, set, nil)
+			return
+		case err != nil:
+			set, _ := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.Run, Reason: "matching failed"})
+			n.finish(job.ID, store.Failed, set, func(j *store.Job) {
+				j.Explanation = "The job could not be matched with a provider: " + err.Error()
+			})
+			return
+		}
+		if !n.follow(ctx, run, job, sess) {
+			break
+		}
+		// The provider vanished and its attempt was voided: match again,
+		// elsewhere.
+		lost[sess.provider] = true
+		if attempt == maxAttempts {
+			n.finish(job.ID, store.Failed, nil, func(j *store.Job) {
+				j.Explanation = fmt.Sprintf("%d providers in a row were lost while running this job. Nothing was charged for them; retry the job later.", maxAttempts)
+			})
+			return
+		}
+		n.notice(job.ID, fmt.Sprintf("Provider %s was lost mid-run; that attempt was voided (not charged). Matching again.", shortPeer(sess.provider)))
 	}
-	n.follow(ctx, run, job, sess)
 	// follow ends a job in every way the provider tells of; what remains is
 	// a cancel whose provider never answered.
 	if j, err := n.store.Job(job.ID); err == nil && !store.Terminal(j.State) && n.ctx.Err() == nil {
@@ -162,7 +217,7 @@ func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
 			state = store.Cancelled
 		}
 		run.mu.Unlock()
-		n.finish(job.ID, state, n.awaitSettlement(job.ID), func(j *store.Job) {
+		n.finish(job.ID, state, n.awaitSettlement(j.Run), func(j *store.Job) {
 			if state == store.Failed {
 				j.Explanation = "The provider stopped answering before the job finished."
 			}
@@ -170,20 +225,34 @@ func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
 	}
 }
 
+func sentence(err error) string {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Message
+	}
+	return err.Error()
+}
+
+func (r *buyerRun) setRun(id string) {
+	r.mu.Lock()
+	r.runID, r.conn, r.telemetry = id, nil, nil
+	r.mu.Unlock()
+}
+
 // match finds a provider of the job's tier and gets its confirmation,
 // retrying until one confirms or ctx ends.
-func (n *Node) match(ctx context.Context, job store.Job) (*session, error) {
+func (n *Node) match(ctx context.Context, job store.Job, skip map[peer.ID]bool) (*session, error) {
 	topic, err := n.topic(protocol.JobTopic(job.Tier))
 	if err != nil {
 		return nil, err
 	}
 	offers := make(chan offerFrom, 64)
 	n.mu.Lock()
-	n.offers[job.ID] = offers
+	n.offers[job.Run] = offers
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
-		delete(n.offers, job.ID)
+		delete(n.offers, job.Run)
 		n.mu.Unlock()
 	}()
 	waiting := false
@@ -191,7 +260,7 @@ func (n *Node) match(ctx context.Context, job store.Job) (*session, error) {
 		providers := n.findProviders(ctx, job.Tier)
 		n.awaitTopicPeers(ctx, topic.String(), providers)
 		env, err := protocol.Seal(n.peer.Key, &protocol.JobRequest{
-			JobID: job.ID, Tier: job.Tier, CapSeconds: job.CapSeconds,
+			JobID: job.Run, Tier: job.Tier, CapSeconds: job.CapSeconds,
 			Buyer: n.ID().String(), BuyerAddrs: n.Addrs(), IssuedAt: time.Now().UnixMilli(),
 		})
 		if err != nil {
@@ -201,7 +270,10 @@ func (n *Node) match(ctx context.Context, job store.Job) (*session, error) {
 		if err := topic.Publish(ctx, data); err != nil && ctx.Err() == nil {
 			n.log.Warn("publishing job request", "job", job.ID, "err", err)
 		}
-		for _, o := range collectOffers(ctx, offers, job.ID) {
+		for _, o := range collectOffers(ctx, offers, job.Run) {
+			if skip[o.from] {
+				continue
+			}
 			sess, err := n.accept(ctx, job, o)
 			if err == nil {
 				return sess, nil
@@ -339,7 +411,7 @@ var errDeclined = errors.New("declined")
 // countersignature.
 func (n *Node) accept(ctx context.Context, job store.Job, o offerFrom) (*session, error) {
 	contract := protocol.Contract{
-		JobID: job.ID, Tier: job.Tier, RatePaisePerHour: job.Rate, CapSeconds: job.CapSeconds,
+		JobID: job.Run, Tier: job.Tier, RatePaisePerHour: job.Rate, CapSeconds: job.CapSeconds,
 		Buyer: n.ID().String(), Provider: o.from.String(),
 		Dataset: job.Dataset.CID, DatasetName: job.Dataset.Name, Script: job.Script.CID, ScriptName: job.Script.Name,
 		Packages: job.Packages,
@@ -372,7 +444,7 @@ func (n *Node) accept(ctx context.Context, job store.Job, o offerFrom) (*session
 			s.Reset()
 			return nil, err
 		}
-		if err := conn.Send(&protocol.Commit{JobID: job.ID, Provider: o.from.String()}); err != nil {
+		if err := conn.Send(&protocol.Commit{JobID: job.Run, Provider: o.from.String()}); err != nil {
 			n.grantInputs(context.Background(), job, o.from, false)
 			s.Reset()
 			return nil, err
@@ -403,8 +475,18 @@ func (n *Node) grantInputs(ctx context.Context, job store.Job, p peer.ID, grant 
 	return n.blocks.Revoke(ctx, p, roots...)
 }
 
-// follow records a confirmed job's run until it ends.
-func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *session) {
+// How long a job stream may carry nothing before its provider is taken
+// as lost: once running, telemetry comes every second; before, the
+// provider may be fetching inputs and installing packages quietly.
+const (
+	runningSilence   = 5 * time.Second
+	preparingSilence = time.Hour
+)
+
+// follow records a confirmed attempt until it ends. It reports true when
+// the provider was lost and the attempt voided, so the job should be
+// matched again; otherwise the job has been finished.
+func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *session) (rematch bool) {
 	n.peer.Host.ConnManager().Protect(sess.provider, "gaas-job-"+job.ID)
 	defer n.peer.Host.ConnManager().Unprotect(sess.provider, "gaas-job-"+job.ID)
 	defer n.grantInputs(context.Background(), job, sess.provider, false)
@@ -447,26 +529,35 @@ func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *s
 	var stderr []string
 	flush := time.NewTicker(100 * time.Millisecond)
 	defer flush.Stop()
+	quiet := preparingSilence
+	silence := time.NewTimer(quiet)
+	defer silence.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-flush.C:
 			logs.flush()
 			continue
+		case <-silence.C:
+			logs.flush()
+			sess.stream.Reset()
+			return n.providerLost(job, run, fmt.Errorf("nothing heard for %s", quiet))
 		case r := <-msgs:
 			if r.err != nil {
 				logs.flush()
-				n.providerLost(job, run, r.err)
-				return
+				return n.providerLost(job, run, r.err)
 			}
 			if r.signer != sess.provider {
 				continue
 			}
+			silence.Reset(quiet)
 			switch m := r.m.(type) {
 			case *protocol.Started:
 				logs.flush()
 				n.setState(job.ID, store.Running)
+				quiet = runningSilence
+				silence.Reset(quiet)
 			case *protocol.Log:
 				logs.add(m.Stream, m.Line, time.UnixMilli(m.At))
 				if m.Stream == "stderr" {
@@ -489,25 +580,26 @@ func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *s
 				run.mu.Lock()
 				last := run.telemetry
 				run.mu.Unlock()
-				n.finished(ctx, job, m, stderr, last)
-				return
+				return n.finished(ctx, job, m, stderr, last)
 			}
 		}
 	}
 }
 
-// providerLost ends a job whose stream broke before the provider said how
-// it ended. The coordinator voids the hold once the provider's heartbeats
-// have stopped, or settles it when the provider's end notice arrives;
-// until one of those, the buyer keeps asking.
-func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) {
-	n.log.Warn("job stream lost", "job", job.ID, "err", cause)
+// providerLost handles an attempt whose stream broke before the provider
+// said how it ended. The coordinator voids the attempt's hold once the
+// provider's heartbeats have stopped, or settles it if the provider's end
+// notice arrives; until one of those, the buyer keeps asking, so that a
+// provider still at work is never run twice. A voided attempt is matched
+// again (true); a settled one has ended (the result did not arrive).
+func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) (rematch bool) {
+	n.log.Warn("job stream lost", "job", job.ID, "run", job.Run, "err", cause)
 	var set *protocol.Settlement
-	deadline := time.Now().Add(2 * coordinator.DefaultProviderLost)
+	deadline := time.Now().Add(2*coordinator.DefaultProviderLost + 10*time.Second)
 	for n.ctx.Err() == nil && time.Now().Before(deadline) {
-		var err error
-		set, err = n.coord.Send(n.ctx, &protocol.AbortNotice{JobID: job.ID, Reason: "the job stream broke"})
-		if err == nil && set.State != protocol.HoldHeld {
+		s, err := n.coord.Send(n.ctx, &protocol.AbortNotice{JobID: job.Run, Reason: "the job stream broke"})
+		if err == nil && s.State != protocol.HoldHeld {
+			set = s
 			break
 		}
 		select {
@@ -516,26 +608,36 @@ func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) {
 		}
 	}
 	if n.ctx.Err() != nil {
-		return // recovered on restart
+		return false // recovered on restart
 	}
 	run.mu.Lock()
 	cancelled := run.cancelled
 	run.mu.Unlock()
-	if cancelled {
+	switch {
+	case cancelled:
 		n.finish(job.ID, store.Cancelled, set, nil)
-		return
+	case set != nil && set.State == protocol.HoldReleased:
+		return true
+	case set != nil:
+		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
+			j.Explanation = "The provider finished the job, but the connection broke before its result arrived."
+		})
+	default:
+		n.finish(job.ID, store.Failed, nil, func(j *store.Job) {
+			j.Explanation = "The provider running your job stopped answering, and the coordinator has not yet settled it. Check the charge later with gaas job show."
+		})
 	}
-	n.finish(job.ID, store.Failed, set, func(j *store.Job) {
-		j.Explanation = "The provider running your job disconnected before it finished. Retry the job to run it on another GPU."
-	})
+	return false
 }
 
-// finished records how the provider says the run ended.
-func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished, stderr []string, last *store.Telemetry) {
+// finished records how the provider says the attempt ended. It reports
+// true when the provider could not run it and the job should be matched
+// again.
+func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished, stderr []string, last *store.Telemetry) (rematch bool) {
 	switch m.Outcome {
 	case protocol.OutcomeCompleted:
 		model, err := n.fetchModel(ctx, m)
-		set := n.awaitSettlement(job.ID)
+		set := n.awaitSettlement(job.Run)
 		if err != nil {
 			n.finish(job.ID, store.Failed, set, func(j *store.Job) {
 				j.Telemetry = last
@@ -545,13 +647,13 @@ func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished
 		}
 		n.finish(job.ID, store.Completed, set, func(j *store.Job) { j.Model, j.Telemetry = model, last })
 	case protocol.OutcomeCancelled:
-		n.finish(job.ID, store.Cancelled, n.awaitSettlement(job.ID), func(j *store.Job) { j.Telemetry = last })
+		n.finish(job.ID, store.Cancelled, n.awaitSettlement(job.Run), func(j *store.Job) { j.Telemetry = last })
 	case protocol.OutcomeFailed:
 		var set *protocol.Settlement
 		if m.Cause == protocol.CausePackages { // failed before the meter started
-			set, _ = n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: m.Reason})
+			set, _ = n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.Run, Reason: m.Reason})
 		} else {
-			set = n.awaitSettlement(job.ID)
+			set = n.awaitSettlement(job.Run)
 		}
 		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
 			j.Telemetry, j.ExitCode = last, m.ExitCode
@@ -559,16 +661,23 @@ func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished
 			j.Traceback = explain.Traceback(stderr)
 		})
 	default:
-		// The provider could not run it: void the hold, nobody pays.
-		set, err := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.ID, Reason: m.Reason})
+		// The provider, its sandbox or the network failed: void the
+		// attempt (nobody pays) and match the job again, unless the buyer
+		// cancelled it meanwhile.
+		set, err := n.coord.Send(context.Background(), &protocol.AbortNotice{JobID: job.Run, Reason: m.Reason})
 		if err != nil {
-			set = n.awaitSettlement(job.ID)
+			set = n.awaitSettlement(job.Run)
+		}
+		if set != nil && set.State == protocol.HoldReleased && ctx.Err() == nil {
+			n.log.Warn("provider could not run the job", "job", job.ID, "reason", m.Reason)
+			return true
 		}
 		n.finish(job.ID, store.Failed, set, func(j *store.Job) {
 			j.Telemetry = last
 			j.Explanation = fmt.Sprintf("The provider could not run the job (%s). Retry the job to run it on another GPU.", m.Reason)
 		})
 	}
+	return false
 }
 
 func (n *Node) fetchModel(ctx context.Context, m *protocol.Finished) (*store.Model, error) {
@@ -672,16 +781,16 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 	}
 	run.mu.Lock()
 	run.cancelled = true
-	conn := run.conn
+	conn, runID := run.conn, run.runID
 	run.mu.Unlock()
 	// The coordinator stops the meter first, so the bill ends at the
 	// buyer's cancel, not when the provider gets round to it.
-	if _, err := n.coord.Send(ctx, &protocol.CancelNotice{JobID: id}); err != nil {
+	if _, err := n.coord.Send(ctx, &protocol.CancelNotice{JobID: runID}); err != nil {
 		return api.Job{}, coordinatorError(err)
 	}
 	if conn == nil {
 		run.cancel()
-	} else if err := conn.Send(&protocol.Cancel{JobID: id}); err != nil {
+	} else if err := conn.Send(&protocol.Cancel{JobID: runID}); err != nil {
 		run.cancel()
 	} else {
 		// A provider that does not answer is cut off, after long enough for
@@ -728,7 +837,7 @@ func (n *Node) view(j store.Job) api.Job {
 		ID: j.ID, Tier: j.Tier, State: j.State, Rate: j.Rate, RateDisplay: money.FormatRate(j.Rate),
 		CapSeconds: j.CapSeconds, MaxCharge: j.MaxCharge, Packages: j.Packages, CreatedAt: j.CreatedAt,
 		Dataset: api.Input(j.Dataset), Script: api.Input(j.Script), Waiting: j.Waiting,
-		Provider: j.Provider, GPU: j.GPU, Simulated: j.Simulated, ExitCode: j.ExitCode,
+		Provider: j.Provider, GPU: j.GPU, Simulated: j.Simulated, Attempts: j.Attempts, ExitCode: j.ExitCode,
 		Explanation: j.Explanation, Traceback: j.Traceback, Settled: j.Settled, Charged: j.Charged,
 		Seconds: j.Seconds, SettleReason: j.SettleReason, Telemetry: telemetryView(j.Telemetry), FailedRunsCharged: j.FailedRunsCharged,
 	}
@@ -779,7 +888,7 @@ func (n *Node) recoverJobs() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-		set, err := n.coord.Send(ctx, &protocol.AbortNotice{JobID: j.ID, Reason: "the buyer's node restarted"})
+		set, err := n.coord.Send(ctx, &protocol.AbortNotice{JobID: j.Run, Reason: "the buyer's node restarted"})
 		cancel()
 		if err != nil {
 			n.log.Warn("voiding an abandoned job", "job", j.ID, "err", err)

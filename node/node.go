@@ -51,6 +51,10 @@ type Config struct {
 	// Limits are a provider's limits for every job; zero fields take the
 	// sandbox's defaults. The buyer's cap sets the wall time.
 	Limits sandbox.Limits
+	// Heartbeat is how often a provider tells the coordinator a run is
+	// alive; zero means every 5 s. It must be well inside the
+	// coordinator's ProviderLost.
+	Heartbeat time.Duration
 	// MaxDatasetBytes bounds an uploaded CSV; zero means 2 GiB.
 	MaxDatasetBytes int64
 	Logger          *slog.Logger

@@ -197,9 +197,9 @@ var (
 
 // Provider-side timings.
 const (
-	heartbeatEvery = 5 * time.Second
-	sendTimeout    = 30 * time.Second // a buyer that reads nothing this long is gone
-	endNoticeFor   = 2 * time.Minute  // keep telling the coordinator how a run ended
+	defaultHeartbeat = 5 * time.Second
+	sendTimeout      = 30 * time.Second // a buyer that reads nothing this long is gone
+	endNoticeFor     = 2 * time.Minute  // keep telling the coordinator how a run ended
 )
 
 // jobStream is the provider's end of a job stream. Writes time out, so a
@@ -455,7 +455,7 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 	}()
 	go func() { // heartbeats for the coordinator's meter
 		defer side.Done()
-		every(runCtx, heartbeatEvery, func() {
+		every(runCtx, n.heartbeatEvery(), func() {
 			if _, err := n.coord.Send(runCtx, &protocol.Heartbeat{JobID: ct.JobID}); err != nil && runCtx.Err() == nil {
 				n.log.Warn("heartbeat", "job", ct.JobID, "err", err)
 			}
@@ -492,6 +492,13 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 		fin.Outcome, fin.Cause = protocol.OutcomeFailed, protocol.CauseScript
 	}
 	return fin, metered
+}
+
+func (n *Node) heartbeatEvery() time.Duration {
+	if n.cfg.Heartbeat > 0 {
+		return n.cfg.Heartbeat
+	}
+	return defaultHeartbeat
 }
 
 // every calls f every interval until ctx ends.

@@ -75,6 +75,7 @@ type Telemetry struct {
 // Job is one job as its buyer's node knows it.
 type Job struct {
 	ID         string       `json:"id"`
+	Run        string       `json:"run"` // the current attempt: its hold and contract carry this ID
 	Tier       string       `json:"tier"`
 	State      string       `json:"state"`
 	Rate       int64        `json:"rate"` // paise per hour
@@ -215,7 +216,7 @@ func (s *Store) UpdateJob(id string, change func(*Job) error) (Job, *Event, erro
 			return err
 		}
 		if j.State != before {
-			e, err := appendEvent(tx, id, Event{At: j.StateAt(j.State), Kind: EventState, State: j.State})
+			e, err := appendEvent(tx, id, Event{At: j.History[len(j.History)-1].At, Kind: EventState, State: j.State})
 			if err != nil {
 				return err
 			}

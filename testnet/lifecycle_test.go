@@ -2,15 +2,22 @@ package testnet
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/examples"
+	"github.com/trisparc/gaas/gpu"
 	"github.com/trisparc/gaas/internal/testwheel"
 	"github.com/trisparc/gaas/money"
+	"github.com/trisparc/gaas/node"
 )
 
 // sleeper prints "started" and then waits for a minute: long enough to
@@ -67,20 +74,86 @@ func TestCancelRunningJobChargesSecondsUsed(t *testing.T) {
 	}
 }
 
-func TestProviderLostMidRunIsNotCharged(t *testing.T) {
-	tn, c := start(t, 1)
+// TestProviderKilledMidRun runs the job's first provider as a separate
+// process and kills it with SIGKILL mid-run. The buyer notices, the
+// coordinator voids that attempt once its heartbeats stop, and the job
+// completes on another provider: the ledger shows one void and one
+// settlement.
+func TestProviderKilledMidRun(t *testing.T) {
+	dir := t.TempDir()
+	tn, err := Start(context.Background(), Config{Dir: dir, Providers: 2, ProviderLost: 2 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Close()
+	c := api.NewClient(tn.Info.Buyer.API, tn.Info.Buyer.Token)
 	ctx := context.Background()
-	job := submit(t, c, "starter", examples.Dataset, sleeper)
+
+	// The only Max provider, in its own process.
+	child := exec.Command(os.Args[0], "-test.run", "^TestProviderKilledMidRun$")
+	child.Env = append(os.Environ(), "GAAS_TEST_PROVIDER="+filepath.Join(dir, "doomed"), "GAAS_TEST_COORDINATOR="+tn.Info.Coordinator.Addrs[0])
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+
+	script := []byte("import os, time\ndef main():\n    print('started', flush=True)\n    time.sleep(3)\n    open(os.environ['GAAS_OUTPUT'] + '/model.txt', 'w').write('ok')\n")
+	job := submit(t, c, "max", examples.Dataset, script)
 	waitForLine(t, c, job.ID, "started")
-	tn.Providers[0].Close()
+	job, _ = c.Job(ctx, job.ID)
+	doomed := job.Provider
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
+
+	// A second Max provider comes online; the job must complete there.
+	rescue, err := node.Start(node.Config{DataDir: filepath.Join(dir, "rescue"), Coordinator: tn.Info.Coordinator.Addrs[0], Provider: true,
+		GPU: gpu.NewSimulator(gpu.RTX4090), Heartbeat: 500 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rescue.Close()
 	follow(t, c, job.ID)
 	job, _ = c.Job(ctx, job.ID)
-	if job.State != "failed" || !strings.Contains(job.Explanation, "provider") || job.ChargeNote != "Not charged" {
-		t.Fatalf("after losing the provider: %s, %q, %q", job.State, job.Explanation, job.ChargeNote)
+	if job.State != "completed" || job.Provider != rescue.ID().String() || job.Provider == doomed || job.Attempts != 2 {
+		t.Fatalf("after the kill: %s on %s (killed %s, rescue %s), %d attempts: %s", job.State, job.Provider, doomed, rescue.ID(), job.Attempts, job.Explanation)
 	}
-	if b, _ := c.Balance(ctx); b.Available != DefaultBuyerCredit || b.Held != 0 {
-		t.Fatalf("balance %+v", b)
+	var voids, settles int
+	history, _ := c.History(ctx)
+	for _, e := range history {
+		switch e.Kind {
+		case "release":
+			voids++
+		case "settle":
+			settles++
+		}
 	}
+	if voids != 1 || settles != 1 {
+		t.Fatalf("ledger: %d voids and %d settlements, want one of each", voids, settles)
+	}
+	want, _ := money.Charge(12000, job.Seconds)
+	if b, _ := c.Balance(ctx); b.Available != DefaultBuyerCredit-want || b.Held != 0 || job.Charged != want {
+		t.Fatalf("balance %+v, charged %d, want %d for the one completed attempt", b, job.Charged, want)
+	}
+	if r, err := tn.Coordinator.Ledger.Verify(); err != nil || !r.OK() {
+		t.Fatalf("verify: %v %v", err, r.Problems)
+	}
+}
+
+// TestMain also serves as the provider process TestProviderKilledMidRun
+// kills.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("GAAS_TEST_PROVIDER"); dir != "" {
+		n, err := node.Start(node.Config{DataDir: dir, Coordinator: os.Getenv("GAAS_TEST_COORDINATOR"), Provider: true,
+			GPU: gpu.NewSimulator(gpu.RTX4090), Heartbeat: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		<-n.ProviderReady()
+		select {} // until killed
+	}
+	os.Exit(m.Run())
 }
 
 func TestJobPackages(t *testing.T) {

@@ -36,6 +36,10 @@ type Config struct {
 	// PipFindLinks is a folder of wheels the providers install job
 	// packages from; empty means pip's default index.
 	PipFindLinks string
+	// ProviderLost is how soon the coordinator gives up on a provider
+	// whose heartbeats stopped; zero means the coordinator's default. The
+	// providers then send heartbeats four times as often.
+	ProviderLost time.Duration
 	Logger       *slog.Logger
 }
 
@@ -121,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (*Testnet, error) {
 	}
 	opID, _ := peer.IDFromPrivateKey(opKey)
 	t.Info.Operator = OperatorInfo{Peer: opID.String(), KeyFile: filepath.Join(opDir, p2p.IdentityFile)}
-	c, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(cfg.Dir, "coordinator"), Operators: []peer.ID{opID}, Logger: log})
+	c, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(cfg.Dir, "coordinator"), Operators: []peer.ID{opID}, ProviderLost: cfg.ProviderLost, Logger: log})
 	if err != nil {
 		return fail(fmt.Errorf("starting the coordinator: %w", err))
 	}
@@ -132,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (*Testnet, error) {
 	for i := 0; i < cfg.Providers; i++ {
 		dir := filepath.Join(cfg.Dir, fmt.Sprintf("provider-%d", i+1))
 		sim := gpu.NewSimulator(models[i%len(models)])
-		p, err := node.Start(node.Config{DataDir: dir, Coordinator: coordAddr, Provider: true, GPU: sim, PipFindLinks: cfg.PipFindLinks, Logger: log})
+		p, err := node.Start(node.Config{DataDir: dir, Coordinator: coordAddr, Provider: true, GPU: sim, PipFindLinks: cfg.PipFindLinks, Heartbeat: cfg.ProviderLost / 4, Logger: log})
 		if err != nil {
 			return fail(fmt.Errorf("starting provider %d: %w", i+1, err))
 		}
