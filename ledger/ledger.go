@@ -506,6 +506,22 @@ func (l *Ledger) HeldFor(buyer string) int64 {
 	return total
 }
 
+// Holds returns every hold, resolved or not.
+func (l *Ledger) Holds() ([]Hold, error) {
+	var out []Hold
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketHolds).ForEach(func(_, v []byte) error {
+			var h Hold
+			if err := json.Unmarshal(v, &h); err != nil {
+				return err
+			}
+			out = append(out, h)
+			return nil
+		})
+	})
+	return out, err
+}
+
 // OpenHolds returns the holds not yet resolved.
 func (l *Ledger) OpenHolds() ([]Hold, error) {
 	var out []Hold

@@ -32,6 +32,7 @@ const DefaultBuyerCredit = 100000
 type Config struct {
 	Dir         string // every peer gets a folder inside it
 	Providers   int    // zero means three, one per tier
+	Buyers      int    // zero means one
 	BuyerCredit int64  // paise; zero means DefaultBuyerCredit
 	// PipFindLinks is a folder of wheels the providers install job
 	// packages from; empty means pip's default index.
@@ -77,14 +78,16 @@ type Info struct {
 	Coordinator PeerInfo       `json:"coordinator"`
 	Operator    OperatorInfo   `json:"operator"`
 	Providers   []ProviderInfo `json:"providers"`
-	Buyer       BuyerInfo      `json:"buyer"`
+	Buyer       BuyerInfo      `json:"buyer"`  // the first buyer
+	Buyers      []BuyerInfo    `json:"buyers"` // every buyer
 }
 
 // Testnet is a running local market.
 type Testnet struct {
 	Coordinator *coordinator.Coordinator
 	Providers   []*node.Node
-	Buyer       *node.Node
+	Buyer       *node.Node // the first of Buyers
+	Buyers      []*node.Node
 	Info        Info
 }
 
@@ -148,19 +151,24 @@ func Start(ctx context.Context, cfg Config) (*Testnet, error) {
 			Tier:     tier.Name, GPU: gpus[0].Label(), API: p.APIURL(),
 		})
 	}
-	buyerDir := filepath.Join(cfg.Dir, "buyer")
-	b, err := node.Start(node.Config{DataDir: buyerDir, Coordinator: coordAddr, Logger: log})
-	if err != nil {
-		return fail(fmt.Errorf("starting the buyer: %w", err))
-	}
-	t.Buyer = b
-	t.Info.Buyer = BuyerInfo{PeerInfo: PeerInfo{Peer: b.ID().String(), Addrs: b.Addrs(), Data: buyerDir}, API: b.APIURL(), Token: b.Token()}
-	// The testnet's operator tops up the buyer directly in the ledger, once.
-	if c.Ledger.Balance(ledger.Buyer(b.ID().String())) == 0 {
+	for i := 0; i < max(cfg.Buyers, 1); i++ {
+		buyerDir := filepath.Join(cfg.Dir, "buyer")
+		if i > 0 {
+			buyerDir = fmt.Sprintf("%s-%d", buyerDir, i+1)
+		}
+		b, err := node.Start(node.Config{DataDir: buyerDir, Coordinator: coordAddr, Logger: log})
+		if err != nil {
+			return fail(fmt.Errorf("starting a buyer: %w", err))
+		}
+		t.Buyers = append(t.Buyers, b)
+		info := BuyerInfo{PeerInfo: PeerInfo{Peer: b.ID().String(), Addrs: b.Addrs(), Data: buyerDir}, API: b.APIURL(), Token: b.Token()}
+		t.Info.Buyers = append(t.Info.Buyers, info)
+		// The testnet's operator tops each buyer up directly in the ledger, once.
 		if _, err := c.Ledger.Credit("testnet/"+b.ID().String(), ledger.Buyer(b.ID().String()), cfg.BuyerCredit, "testnet credit"); err != nil {
 			return fail(err)
 		}
 	}
+	t.Buyer, t.Info.Buyer = t.Buyers[0], t.Info.Buyers[0]
 
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -189,8 +197,8 @@ func writeAtomic(path string, data []byte) error {
 // Close stops every peer: the buyer first, the coordinator last.
 func (t *Testnet) Close() error {
 	var errs []error
-	if t.Buyer != nil {
-		errs = append(errs, t.Buyer.Close())
+	for _, b := range t.Buyers {
+		errs = append(errs, b.Close())
 	}
 	for _, p := range t.Providers {
 		errs = append(errs, p.Close())
