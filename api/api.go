@@ -199,6 +199,7 @@ type Job struct {
 	GPU         string       `json:"gpu,omitempty"`
 	Simulated   bool         `json:"simulated,omitempty"`
 	Attempts    int          `json:"attempts"` // providers tried; more than one after a provider was lost
+	Match       *MatchTiming `json:"match,omitempty"`
 	ElapsedMs   int64        `json:"elapsed_ms"`
 	ExitCode    int          `json:"exit_code,omitempty"`
 	Explanation string       `json:"explanation,omitempty"`
@@ -213,6 +214,14 @@ type Job struct {
 	FailedRunsCharged bool       `json:"failed_runs_charged,omitempty"`
 	SettleReason      string     `json:"settle_reason,omitempty"`
 	Telemetry         *Telemetry `json:"telemetry,omitempty"`
+}
+
+// MatchTiming is how long matching the job with its provider took.
+type MatchTiming struct {
+	LookupMs  int64 `json:"lookup_ms"`  // DHT lookup and connecting to the providers found
+	OfferMs   int64 `json:"offer_ms"`   // publishing the request on gossipsub until the first offer
+	ConfirmMs int64 `json:"confirm_ms"` // sending the contract until the provider confirmed
+	Providers int   `json:"providers"`  // providers of the tier the lookup found
 }
 
 // JobList is a page of jobs, newest first.

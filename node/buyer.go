@@ -28,8 +28,9 @@ const streamNotice = "gaas"
 
 // Matching timings.
 const (
-	offerWait     = 3 * time.Second        // for the first offer
-	offerLinger   = 150 * time.Millisecond // for more offers after the first
+	offerWait     = 3 * time.Second       // for the first offer
+	offerLinger   = 30 * time.Millisecond // for more offers after the first
+	lookupLinger  = 50 * time.Millisecond // for more DHT results after the first
 	confirmWait   = 10 * time.Second
 	retryInterval = 2 * time.Second
 	maxCap        = 7 * 24 * 3600
@@ -49,6 +50,7 @@ type buyerRun struct {
 type offerFrom struct {
 	offer protocol.Offer
 	from  peer.ID
+	at    time.Time // when it arrived
 }
 
 // CreateJob checks a job, holds its maximum cost at the coordinator,
@@ -152,6 +154,7 @@ type session struct {
 	conn     *protocol.Conn
 	provider peer.ID
 	offer    protocol.Offer
+	timing   store.MatchTiming
 }
 
 func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
@@ -257,8 +260,10 @@ func (n *Node) match(ctx context.Context, job store.Job, skip map[peer.ID]bool) 
 	}()
 	waiting := false
 	for {
+		begin := time.Now()
 		providers := n.findProviders(ctx, job.Tier)
 		n.awaitTopicPeers(ctx, topic.String(), providers)
+		looked := time.Now()
 		env, err := protocol.Seal(n.peer.Key, &protocol.JobRequest{
 			JobID: job.Run, Tier: job.Tier, CapSeconds: job.CapSeconds,
 			Buyer: n.ID().String(), BuyerAddrs: n.Addrs(), IssuedAt: time.Now().UnixMilli(),
@@ -274,8 +279,13 @@ func (n *Node) match(ctx context.Context, job store.Job, skip map[peer.ID]bool) 
 			if skip[o.from] {
 				continue
 			}
+			offered := time.Now()
 			sess, err := n.accept(ctx, job, o)
 			if err == nil {
+				sess.timing = store.MatchTiming{
+					LookupMs: looked.Sub(begin).Milliseconds(), OfferMs: o.at.Sub(looked).Milliseconds(),
+					ConfirmMs: time.Since(offered).Milliseconds(), Providers: len(providers),
+				}
 				return sess, nil
 			}
 			n.log.Info("offer not taken", "job", job.ID, "provider", o.from.ShortString(), "err", err)
@@ -313,22 +323,40 @@ func tierTitle(name string) string {
 	return strings.ToUpper(name[:1]) + name[1:]
 }
 
-// findProviders looks the tier up in the DHT and connects to what it finds.
+// findProviders looks the tier up in the DHT and connects to what it
+// finds. It does not wait for the lookup to exhaust the network: once a
+// provider is found, it takes what else arrives within lookupLinger.
 func (n *Node) findProviders(ctx context.Context, tier string) []peer.ID {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var found []peer.ID
 	var wg sync.WaitGroup
-	for ai := range n.peer.DHT.FindProvidersAsync(ctx, protocol.TierKey(tier), 20) {
-		if ai.ID == n.ID() {
-			continue
+	results := n.peer.DHT.FindProvidersAsync(ctx, protocol.TierKey(tier), 20)
+	var linger <-chan time.Time
+collect:
+	for {
+		select {
+		case ai, ok := <-results:
+			if !ok {
+				break collect
+			}
+			if ai.ID == n.ID() {
+				continue
+			}
+			found = append(found, ai.ID)
+			if linger == nil {
+				linger = time.After(lookupLinger)
+			}
+			wg.Add(1)
+			go func(ai peer.AddrInfo) {
+				defer wg.Done()
+				n.peer.Host.Connect(ctx, ai)
+			}(ai)
+		case <-linger:
+			break collect
+		case <-ctx.Done():
+			break collect
 		}
-		found = append(found, ai.ID)
-		wg.Add(1)
-		go func(ai peer.AddrInfo) {
-			defer wg.Done()
-			n.peer.Host.Connect(ctx, ai)
-		}(ai)
 	}
 	wg.Wait()
 	return found
@@ -399,7 +427,7 @@ func (n *Node) handleOffer(s network.Stream) {
 	n.mu.Unlock()
 	if ch != nil {
 		select {
-		case ch <- offerFrom{offer: *o, from: signer}:
+		case ch <- offerFrom{offer: *o, from: signer, at: time.Now()}:
 		default:
 		}
 	}
@@ -494,9 +522,11 @@ func (n *Node) follow(ctx context.Context, run *buyerRun, job store.Job, sess *s
 	if sess.offer.Simulated && !strings.Contains(gpuLabel, "simulated") {
 		gpuLabel += " (simulated)"
 	}
+	timing := sess.timing
 	n.store.UpdateJob(job.ID, func(j *store.Job) error {
 		j.Provider, j.GPU, j.Simulated, j.Waiting = sess.provider.String(), gpuLabel, sess.offer.Simulated, ""
 		j.Attempts++
+		j.Match = &timing
 		return nil
 	})
 	n.notice(job.ID, fmt.Sprintf("Matched with provider %s (%s)", shortPeer(sess.provider), gpuLabel))
@@ -838,6 +868,7 @@ func (n *Node) view(j store.Job) api.Job {
 		CapSeconds: j.CapSeconds, MaxCharge: j.MaxCharge, Packages: j.Packages, CreatedAt: j.CreatedAt,
 		Dataset: api.Input(j.Dataset), Script: api.Input(j.Script), Waiting: j.Waiting,
 		Provider: j.Provider, GPU: j.GPU, Simulated: j.Simulated, Attempts: j.Attempts, ExitCode: j.ExitCode,
+		Match:       (*api.MatchTiming)(j.Match),
 		Explanation: j.Explanation, Traceback: j.Traceback, Settled: j.Settled, Charged: j.Charged,
 		Seconds: j.Seconds, SettleReason: j.SettleReason, Telemetry: telemetryView(j.Telemetry), FailedRunsCharged: j.FailedRunsCharged,
 	}

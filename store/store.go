@@ -72,6 +72,14 @@ type Telemetry struct {
 	Simulated    bool      `json:"simulated"`
 }
 
+// MatchTiming is how long the last match took, step by step.
+type MatchTiming struct {
+	LookupMs  int64 `json:"lookup_ms"`  // DHT lookup and connecting to the providers found
+	OfferMs   int64 `json:"offer_ms"`   // publishing the request until the first offer
+	ConfirmMs int64 `json:"confirm_ms"` // the contract until the provider's confirm
+	Providers int   `json:"providers"`  // providers the lookup found
+}
+
 // Job is one job as its buyer's node knows it.
 type Job struct {
 	ID         string       `json:"id"`
@@ -91,6 +99,7 @@ type Job struct {
 	GPU        string       `json:"gpu,omitempty"`
 	Simulated  bool         `json:"simulated,omitempty"`
 	Attempts   int          `json:"attempts"`
+	Match      *MatchTiming `json:"match,omitempty"`
 
 	ExitCode    int    `json:"exit_code,omitempty"`
 	Explanation string `json:"explanation,omitempty"`

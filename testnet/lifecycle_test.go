@@ -143,6 +143,14 @@ func TestProviderKilledMidRun(t *testing.T) {
 // TestMain also serves as the provider process TestProviderKilledMidRun
 // kills.
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("GAAS_TEST_IDLE_NODE"); dir != "" { // BenchmarkMatch's idle node
+		if _, err := node.Start(node.Config{DataDir: dir, Coordinator: os.Getenv("GAAS_TEST_COORDINATOR"), Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("ready")
+		select {}
+	}
 	if dir := os.Getenv("GAAS_TEST_PROVIDER"); dir != "" {
 		n, err := node.Start(node.Config{DataDir: dir, Coordinator: os.Getenv("GAAS_TEST_COORDINATOR"), Provider: true,
 			GPU: gpu.NewSimulator(gpu.RTX4090), Heartbeat: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
