@@ -84,6 +84,8 @@ type Node struct {
 	// Close takes it for writing before closing them.
 	closing sync.RWMutex
 
+	requests *requestValidator
+
 	mu       sync.Mutex
 	card     *protocol.RateCard
 	topics   map[string]*pubsub.Topic
@@ -136,7 +138,7 @@ func Start(cfg Config) (*Node, error) {
 		coord:  &coordinator.Client{Peer: peer, Coordinator: coordInfo[0].ID},
 		topics: map[string]*pubsub.Topic{}, runs: map[string]*buyerRun{},
 		offers: map[string]chan offerFrom{}, subs: map[string]map[chan api.Event]struct{}{},
-		python: pythonPath(),
+		python: pythonPath(), requests: newRequestValidator(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	fail := func(err error) (*Node, error) {
@@ -401,19 +403,8 @@ func (n *Node) topic(name string) (*pubsub.Topic, error) {
 	if t, ok := n.topics[name]; ok {
 		return t, nil
 	}
-	err := n.peer.PubSub.RegisterTopicValidator(name, func(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
-		m, signer, err := protocol.Unmarshal(msg.Data)
-		if err != nil {
-			return pubsub.ValidationReject
-		}
-		req, ok := m.(*protocol.JobRequest)
-		if !ok || signer != msg.GetFrom() || req.Buyer != signer.String() || protocol.JobTopic(req.Tier) != name {
-			return pubsub.ValidationReject
-		}
-		if age := time.Since(time.UnixMilli(req.IssuedAt)); age > 2*time.Minute || age < -time.Minute {
-			return pubsub.ValidationIgnore // stale or from a badly set clock
-		}
-		return pubsub.ValidationAccept
+	err := n.peer.PubSub.RegisterTopicValidator(name, func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		return n.requests.check(name, msg.GetFrom(), msg.Data, time.Now())
 	})
 	if err != nil {
 		return nil, err

@@ -69,6 +69,39 @@ type Config struct {
 // ports on loopback, TCP and QUIC.
 var DefaultListen = []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}
 
+// Peer scoring: a peer whose messages fail validation (forged, malformed,
+// stale, or over its rate) loses score quickly, and past the thresholds
+// its gossip is ignored, then everything it sends. Colocation is not
+// penalised: testnets and LANs put many honest peers behind one address.
+func scoreParams() *pubsub.PeerScoreParams {
+	topic := &pubsub.TopicScoreParams{
+		SkipAtomicValidation:           true,
+		TopicWeight:                    1,
+		TimeInMeshQuantum:              time.Second,
+		InvalidMessageDeliveriesWeight: -20,
+		InvalidMessageDeliveriesDecay:  0.9,
+	}
+	topics := map[string]*pubsub.TopicScoreParams{}
+	for _, t := range protocol.Tiers {
+		topics[protocol.JobTopic(t)] = topic
+	}
+	return &pubsub.PeerScoreParams{
+		SkipAtomicValidation: true,
+		Topics:               topics,
+		AppSpecificScore:     func(peer.ID) float64 { return 0 },
+		DecayInterval:        time.Second,
+		DecayToZero:          0.01,
+		RetainScore:          10 * time.Minute,
+	}
+}
+
+var scoreThresholds = &pubsub.PeerScoreThresholds{
+	SkipAtomicValidation: true,
+	GossipThreshold:      -20,
+	PublishThreshold:     -40,
+	GraylistThreshold:    -80,
+}
+
 // Peer is a started host with its DHT and gossipsub.
 type Peer struct {
 	Host   host.Host
@@ -112,6 +145,7 @@ func Start(cfg Config) (*Peer, error) {
 	ps, err := pubsub.NewGossipSub(ctx, h,
 		pubsub.WithFloodPublish(true),
 		pubsub.WithMaxMessageSize(protocol.MaxMessageSize),
+		pubsub.WithPeerScore(scoreParams(), scoreThresholds),
 	)
 	if err != nil {
 		cancel()

@@ -2,14 +2,18 @@ package testnet
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/examples"
 	"github.com/trisparc/gaas/ledger"
+	"github.com/trisparc/gaas/p2p"
+	"github.com/trisparc/gaas/protocol"
 )
 
 // TestMarketUnderLoad: 10 providers across the three tiers and 5 buyers
@@ -99,4 +103,70 @@ func TestMarketUnderLoad(t *testing.T) {
 	}
 	t.Logf("30 jobs from 5 buyers on 10 providers in %s; %d providers used, the busiest ran %d; per tier %v",
 		elapsed.Round(100*time.Millisecond), len(runs), busiest, perTier)
+}
+
+// TestSpamDoesNotStopARealJob: a peer floods the tier's topic with
+// malformed, forged and stale messages and a storm of validly signed
+// requests of its own; a real buyer's job still matches and completes.
+func TestSpamDoesNotStopARealJob(t *testing.T) {
+	tn, c := start(t, 1)
+	key, err := p2p.LoadIdentity(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := p2p.ParseAddrs(tn.Info.Coordinator.Addrs[:1])
+	spammer, err := p2p.Start(p2p.Config{Key: key, Bootstrap: info})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spammer.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	if err := spammer.Bootstrap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tn.Info.Providers {
+		ai, _ := p2p.ParseAddrs(p.Addrs[:1])
+		spammer.Host.Connect(ctx, ai[0])
+	}
+	topic, err := spammer.PubSub.Join(protocol.JobTopic("starter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, _ := p2p.LoadIdentity(t.TempDir())
+	var sent atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			var data []byte
+			switch i % 4 {
+			case 0:
+				data = []byte(fmt.Sprintf("garbage %d", i))
+			case 1: // signed by someone else
+				env, _ := protocol.Seal(otherKey, &protocol.JobRequest{JobID: fmt.Sprintf("x%d", i), Tier: "starter", CapSeconds: 60, Buyer: "someone", IssuedAt: time.Now().UnixMilli()})
+				data, _ = protocol.Marshal(env)
+			case 2: // stale
+				env, _ := protocol.Seal(key, &protocol.JobRequest{JobID: fmt.Sprintf("s%d", i), Tier: "starter", CapSeconds: 60, Buyer: spammer.ID().String(), IssuedAt: time.Now().Add(-time.Hour).UnixMilli()})
+				data, _ = protocol.Marshal(env)
+			default: // valid, for jobs that do not exist, far over the rate
+				env, _ := protocol.Seal(key, &protocol.JobRequest{JobID: fmt.Sprintf("v%d", i), Tier: "starter", CapSeconds: 60, Buyer: spammer.ID().String(), BuyerAddrs: spammer.Addrs(), IssuedAt: time.Now().UnixMilli()})
+				data, _ = protocol.Marshal(env)
+			}
+			if topic.Publish(ctx, data) == nil {
+				sent.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // the flood is on
+	job := submit(t, c, "starter", examples.Dataset, examples.Script)
+	follow(t, c, job.ID)
+	stop()
+	<-done
+	job, _ = c.Job(context.Background(), job.ID)
+	if job.State != "completed" {
+		t.Fatalf("a real job under spam: %s: %s", job.State, job.Explanation)
+	}
+	t.Logf("the spammer published %d messages; the real job completed", sent.Load())
 }
