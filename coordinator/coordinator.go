@@ -7,6 +7,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/trisparc/gaas/ledger"
@@ -36,6 +38,34 @@ func DefaultRateCard() protocol.RateCard {
 	}
 }
 
+// LoadRateCard reads and checks a rate card file.
+func LoadRateCard(path string) (protocol.RateCard, error) {
+	var card protocol.RateCard
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return card, fmt.Errorf("reading the rate card: %w", err)
+	}
+	if err := json.Unmarshal(data, &card); err != nil {
+		return card, fmt.Errorf("the rate card %s is not valid JSON: %v", path, err)
+	}
+	if card.FeeBasisPoints < 0 || card.FeeBasisPoints > 10000 {
+		return card, fmt.Errorf("the rate card's fee_bps must be between 0 and 10000, not %d", card.FeeBasisPoints)
+	}
+	seen := map[string]bool{}
+	for _, t := range card.Tiers {
+		switch {
+		case !protocol.KnownTier(t.Name):
+			return card, fmt.Errorf("the rate card names tier %q; tiers are %v", t.Name, protocol.Tiers)
+		case seen[t.Name]:
+			return card, fmt.Errorf("the rate card lists tier %q twice", t.Name)
+		case t.RatePaisePerHour <= 0:
+			return card, fmt.Errorf("tier %q needs a rate above zero (paise per hour)", t.Name)
+		}
+		seen[t.Name] = true
+	}
+	return card, nil
+}
+
 // Config says how to start a coordinator.
 type Config struct {
 	DataDir  string
@@ -47,6 +77,12 @@ type Config struct {
 	// Operators may credit accounts, read every account's history and
 	// verify the ledger. The coordinator's own key is always one.
 	Operators []peer.ID
+	// RateCardFile, when set, is a JSON rate card to publish instead of
+	// the default: {"tiers": [{"name", "title", "min_vram_mib", "class",
+	// "rate"}], "fee_bps"}.
+	RateCardFile string
+	// AnnounceEvery is how often the rate card is announced; zero means 30 s.
+	AnnounceEvery time.Duration
 	// Ledger tunes the ledger (the failed-run allowance); nil is the default.
 	Ledger *ledger.Options
 	Logger *slog.Logger
@@ -97,6 +133,13 @@ func Start(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	card := cfg.RateCard
+	if cfg.RateCardFile != "" {
+		if card, err = LoadRateCard(cfg.RateCardFile); err != nil {
+			host.Close()
+			l.Close()
+			return nil, err
+		}
+	}
 	if len(card.Tiers) == 0 {
 		card = DefaultRateCard()
 	}
@@ -119,8 +162,40 @@ func Start(cfg Config) (*Coordinator, error) {
 		c.operators[op] = true
 	}
 	host.Host.SetStreamHandler(protocol.LedgerProtocol, c.handle)
+	topic, err := host.PubSub.Join(protocol.RateCardTopic)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	go c.sweep(ctx)
+	every := cfg.AnnounceEvery
+	if every == 0 {
+		every = announceEvery
+	}
+	go c.announce(ctx, topic, every)
 	return c, nil
+}
+
+// announceEvery is how often the rate card is announced on its topic, so
+// that nodes that joined since see it without asking.
+const announceEvery = 30 * time.Second
+
+// announce publishes the signed rate card on its topic, now and then
+// at every tick.
+func (c *Coordinator) announce(ctx context.Context, topic *pubsub.Topic, every time.Duration) {
+	for {
+		card := c.card
+		if env, err := protocol.Seal(c.Peer.Key, &card); err == nil {
+			if data, err := protocol.Marshal(env); err == nil {
+				topic.Publish(ctx, data)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }
 
 // Close stops the sweeper and the peer, then closes the ledger.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -211,5 +212,29 @@ func TestOperatorRequests(t *testing.T) {
 	reply, err = operator.Call(ctx, &protocol.VerifyRequest{})
 	if r := reply.(*protocol.VerifyReport); err != nil || len(r.Problems) != 0 || r.Entries != 5 || r.HeadHash == "" {
 		t.Fatalf("verify: %+v %v", reply, err)
+	}
+}
+
+func TestLoadRateCard(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "card.json")
+		os.WriteFile(p, []byte(s), 0o644)
+		return p
+	}
+	card, err := LoadRateCard(write(`{"tiers":[{"name":"pro","title":"Pro","min_vram_mib":11776,"rate":4500}],"fee_bps":800}`))
+	if err != nil || card.Tiers[0].RatePaisePerHour != 4500 || card.FeeBasisPoints != 800 {
+		t.Fatalf("%+v %v", card, err)
+	}
+	for bad, want := range map[string]string{
+		`{"tiers":[{"name":"ultra","rate":1}]}`:                       "tiers are",
+		`{"tiers":[{"name":"pro","rate":1},{"name":"pro","rate":2}]}`: "twice",
+		`{"tiers":[{"name":"pro","rate":0}]}`:                         "above zero",
+		`{"tiers":[],"fee_bps":20000}`:                                "fee_bps",
+		`{tiers`:                                                      "not valid JSON",
+	} {
+		if _, err := LoadRateCard(write(bad)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", bad, err, want)
+		}
 	}
 }

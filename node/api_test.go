@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -146,3 +147,41 @@ func TestStoreEventsAndPaging(t *testing.T) {
 }
 
 func testTime(i int) time.Time { return time.Date(2026, 11, 29, 12, i, 0, 0, time.UTC) }
+
+// TestRateCardAnnounced: a node learns the coordinator's rate card from
+// its announcements on gossipsub, without asking.
+func TestRateCardAnnounced(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	card := filepath.Join(t.TempDir(), "card.json")
+	os.WriteFile(card, []byte(`{"tiers":[{"name":"pro","title":"Pro","min_vram_mib":11776,"rate":4321}],"fee_bps":500}`), 0o644)
+	co, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(t.TempDir(), "c"), RateCardFile: card, AnnounceEvery: 100 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	n, err := Start(Config{DataDir: filepath.Join(t.TempDir(), "b"), Coordinator: co.Peer.Addrs()[0], Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n.mu.Lock()
+		got := n.card
+		n.mu.Unlock()
+		if got != nil {
+			if got.Tiers[0].RatePaisePerHour != 4321 || got.FeeBasisPoints != 500 {
+				t.Fatalf("announced card %+v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no rate card announcement reached the node")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tiers, err := n.Tiers(context.Background())
+	if err != nil || len(tiers.Tiers) != 1 || tiers.Tiers[0].RateDisplay != "₹43.21/hr" {
+		t.Fatalf("tiers %+v %v", tiers, err)
+	}
+}

@@ -41,6 +41,9 @@ type Config struct {
 	Bootstrap   []string // more DHT bootstrap peers
 	// Provider turns provider mode on at start.
 	Provider bool
+	// ServeLowerTiers lets a provider take jobs of the tiers below the
+	// highest its GPU serves, each at that tier's rate.
+	ServeLowerTiers bool
 	// GPU reads the provider's cards; nil means detect with NVML when
 	// provider mode is turned on.
 	GPU gpu.Reader
@@ -161,6 +164,9 @@ func Start(cfg Config) (*Node, error) {
 		return fail(fmt.Errorf("joining the network through the coordinator at %s: %w", cfg.Coordinator, err))
 	}
 	n.recoverJobs()
+	if err := n.followRateCard(); err != nil {
+		return fail(err)
+	}
 	if err := n.serveAPI(); err != nil {
 		return fail(err)
 	}
@@ -305,6 +311,49 @@ func (n *Node) rateCard(ctx context.Context) (protocol.RateCard, error) {
 	n.card = card
 	n.mu.Unlock()
 	return *card, nil
+}
+
+// followRateCard keeps the cached rate card current from the
+// coordinator's announcements; only the coordinator's signature counts.
+func (n *Node) followRateCard() error {
+	err := n.peer.PubSub.RegisterTopicValidator(protocol.RateCardTopic, func(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+		m, signer, err := protocol.Unmarshal(msg.Data)
+		if _, ok := m.(*protocol.RateCard); err != nil || !ok || signer != n.coord.Coordinator {
+			return pubsub.ValidationReject
+		}
+		return pubsub.ValidationAccept
+	})
+	if err != nil {
+		return err
+	}
+	topic, err := n.peer.PubSub.Join(protocol.RateCardTopic)
+	if err != nil {
+		return err
+	}
+	sub, err := topic.Subscribe()
+	if err != nil {
+		return err
+	}
+	n.goBackground(func() {
+		defer sub.Cancel()
+		for {
+			msg, err := sub.Next(n.ctx)
+			if err != nil {
+				return
+			}
+			m, _, err := protocol.Unmarshal(msg.Data)
+			card, ok := m.(*protocol.RateCard)
+			if err != nil || !ok {
+				continue
+			}
+			n.mu.Lock()
+			if n.card == nil || card.IssuedAt >= n.card.IssuedAt {
+				n.card = card
+			}
+			n.mu.Unlock()
+		}
+	})
+	return nil
 }
 
 // coordinatorError turns a failure to ask the coordinator into an API error.

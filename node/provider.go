@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ipfs/go-cid"
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/trisparc/gaas/api"
@@ -31,7 +32,8 @@ const reprovideInterval = 30 * time.Minute
 type provider struct {
 	gpu     gpu.Reader
 	card    gpu.GPU
-	tier    protocol.Tier
+	tier    protocol.Tier            // the highest tier the GPU serves
+	served  map[string]protocol.Tier // the tiers it takes jobs for
 	sandbox *sandbox.Sandbox
 	busy    atomic.Bool
 	cancel  context.CancelFunc
@@ -90,37 +92,62 @@ func (n *Node) SetProvider(on bool) error {
 		sb.GPU = &sandbox.GPU{Index: gpus[0].Index, UUID: gpus[0].UUID, Libs: sandbox.FindDriverLibs()}
 	}
 	n.log.Info("sandbox", "limits", sb.Enforcement().String())
-	topic, err := n.topic(protocol.JobTopic(tier.Name))
-	if err != nil {
-		return err
+	// The highest tier the card can serve; with ServeLowerTiers, every
+	// tier below it too, each at its own rate.
+	served := map[string]protocol.Tier{tier.Name: tier}
+	if n.cfg.ServeLowerTiers {
+		for _, t := range card.Tiers {
+			if t.MinVRAMMiB <= gpus[0].VRAMTotalMiB {
+				served[t.Name] = t
+			}
+		}
 	}
-	sub, err := topic.Subscribe()
-	if err != nil {
+	var subs []*pubsub.Subscription
+	for name := range served {
+		topic, err := n.topic(protocol.JobTopic(name))
+		if err == nil {
+			var sub *pubsub.Subscription
+			if sub, err = topic.Subscribe(); err == nil {
+				subs = append(subs, sub)
+				continue
+			}
+		}
+		for _, s := range subs {
+			s.Cancel()
+		}
 		return err
 	}
 	ctx, cancel := context.WithCancel(n.ctx)
-	p := &provider{gpu: reader, card: gpus[0], tier: tier, sandbox: sb, cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
+	p := &provider{gpu: reader, card: gpus[0], tier: tier, served: served, sandbox: sb, cancel: cancel, ready: make(chan struct{}), done: make(chan struct{})}
 	n.mu.Lock()
 	n.provider = p
 	n.mu.Unlock()
-	n.log.Info("provider mode on", "gpu", gpus[0].Label(), "tier", tier.Name)
+	n.log.Info("provider mode on", "gpu", gpus[0].Label(), "tier", tier.Name, "tiers", len(served))
+	var listeners sync.WaitGroup
+	for _, sub := range subs {
+		listeners.Add(1)
+		go func(sub *pubsub.Subscription) {
+			defer listeners.Done()
+			defer sub.Cancel()
+			for {
+				msg, err := sub.Next(ctx)
+				if err != nil {
+					return
+				}
+				if msg.ReceivedFrom == n.ID() {
+					continue
+				}
+				m, _, err := protocol.Unmarshal(msg.Data) // the topic validator already checked it
+				if req, ok := m.(*protocol.JobRequest); err == nil && ok && req.Buyer != n.ID().String() {
+					go n.offer(ctx, p, req)
+				}
+			}
+		}(sub)
+	}
+	go n.advertise(ctx, p)
 	go func() {
-		defer close(p.done)
-		defer sub.Cancel()
-		go n.advertise(ctx, p)
-		for {
-			msg, err := sub.Next(ctx)
-			if err != nil {
-				return
-			}
-			if msg.ReceivedFrom == n.ID() {
-				continue
-			}
-			m, _, err := protocol.Unmarshal(msg.Data) // the topic validator already checked it
-			if req, ok := m.(*protocol.JobRequest); err == nil && ok && req.Buyer != n.ID().String() {
-				go n.offer(ctx, p, req)
-			}
-		}
+		listeners.Wait()
+		close(p.done)
 	}()
 	return nil
 }
@@ -136,20 +163,22 @@ func (n *Node) ProviderReady() <-chan struct{} {
 	return n.provider.ready
 }
 
-// advertise keeps a DHT provider record for the tier while online.
+// advertise keeps a DHT provider record for each served tier while
+// online.
 func (n *Node) advertise(ctx context.Context, p *provider) {
-	key := protocol.TierKey(p.tier.Name)
 	first := true
 	for {
-		err := n.peer.DHT.Provide(ctx, key, true)
 		wait := reprovideInterval
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		for name := range p.served {
+			if err := n.peer.DHT.Provide(ctx, protocol.TierKey(name), true); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				n.log.Warn("advertising tier", "tier", name, "err", err)
+				wait = 2 * time.Second
 			}
-			n.log.Warn("advertising tier", "tier", p.tier.Name, "err", err)
-			wait = 2 * time.Second
-		} else if first {
+		}
+		if wait == reprovideInterval && first {
 			first = false
 			close(p.ready)
 		}
@@ -163,7 +192,8 @@ func (n *Node) advertise(ctx context.Context, p *provider) {
 
 // offer answers a job request for our tier, unless busy.
 func (n *Node) offer(ctx context.Context, p *provider, req *protocol.JobRequest) {
-	if p.busy.Load() || req.Tier != p.tier.Name {
+	tier, ok := p.served[req.Tier]
+	if p.busy.Load() || !ok {
 		return
 	}
 	buyer, err := peer.Decode(req.Buyer)
@@ -186,7 +216,7 @@ func (n *Node) offer(ctx context.Context, p *provider, req *protocol.JobRequest)
 	}
 	defer s.Close()
 	protocol.NewConn(s, n.peer.Key).Send(&protocol.Offer{
-		JobID: req.JobID, Tier: p.tier.Name, Provider: n.ID().String(), GPU: p.card.Name, Simulated: p.card.Simulated,
+		JobID: req.JobID, Tier: tier.Name, Provider: n.ID().String(), GPU: p.card.Name, Simulated: p.card.Simulated,
 	})
 }
 
@@ -261,8 +291,8 @@ func (n *Node) handleJob(s network.Stream) {
 	case p == nil:
 		decline("provider mode is off")
 		return
-	case ct.Tier != p.tier.Name || ct.RatePaisePerHour != p.tier.RatePaisePerHour:
-		decline("this provider serves " + p.tier.Name + " at a different rate")
+	case p.served[ct.Tier].RatePaisePerHour != ct.RatePaisePerHour || p.served[ct.Tier].Name == "":
+		decline("this provider does not serve " + ct.Tier + " at that rate")
 		return
 	case !jobIDPattern.MatchString(ct.JobID) || ct.CapSeconds <= 0 || pkgErr != nil:
 		decline("malformed contract")

@@ -40,6 +40,9 @@ func KnownTier(name string) bool {
 	return false
 }
 
+// RateCardTopic is where the coordinator announces its signed rate card.
+const RateCardTopic = "/gaas/ratecard/v1"
+
 // JobTopic is the gossipsub topic on which job requests for a tier are
 // published.
 func JobTopic(tier string) string { return "/gaas/jobs/" + tier + "/v1" }

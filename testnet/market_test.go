@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/examples"
+	"github.com/trisparc/gaas/gpu"
 	"github.com/trisparc/gaas/ledger"
+	"github.com/trisparc/gaas/node"
 	"github.com/trisparc/gaas/p2p"
 	"github.com/trisparc/gaas/protocol"
 )
@@ -169,4 +172,24 @@ func TestSpamDoesNotStopARealJob(t *testing.T) {
 		t.Fatalf("a real job under spam: %s: %s", job.State, job.Explanation)
 	}
 	t.Logf("the spammer published %d messages; the real job completed", sent.Load())
+}
+
+// TestServeLowerTiers: a Max card whose owner lets it serve lower tiers
+// takes a Starter job, at the Starter rate.
+func TestServeLowerTiers(t *testing.T) {
+	tn, c := start(t, 1)               // one Starter provider...
+	tn.Providers[0].SetProvider(false) // ...that goes offline
+	big, err := node.Start(node.Config{DataDir: t.TempDir(), Coordinator: tn.Info.Coordinator.Addrs[0], Provider: true,
+		ServeLowerTiers: true, GPU: gpu.NewSimulator(gpu.RTX4090), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	<-big.ProviderReady()
+	job := submit(t, c, "starter", examples.Dataset, examples.Script)
+	follow(t, c, job.ID)
+	job, _ = c.Job(context.Background(), job.ID)
+	if job.State != "completed" || job.Provider != big.ID().String() || job.Rate != 3000 || !strings.Contains(job.GPU, "4090") {
+		t.Fatalf("starter job: %s on %s (%s) at %d", job.State, job.Provider, job.GPU, job.Rate)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/trisparc/gaas/coordinator"
 	"github.com/trisparc/gaas/gpu"
 	"github.com/trisparc/gaas/node"
 	"github.com/trisparc/gaas/sandbox"
@@ -33,6 +34,7 @@ func (c *cli) node(ctx context.Context, args []string) error {
 	coord := f.string("coordinator", "GAAS_COORDINATOR", "", "the coordinator's address, ending in /p2p/PEER_ID")
 	bootstrap := f.list("bootstrap", "GAAS_BOOTSTRAP", "another DHT bootstrap peer")
 	provider := f.bool("provider", "GAAS_PROVIDER", "start in provider mode: serve jobs on this machine's GPU")
+	lower := f.bool("serve-lower-tiers", "GAAS_SERVE_LOWER_TIERS", "also take jobs of the tiers below the GPU's own, at their rates")
 	pipIndex := f.string("pip-index-url", "GAAS_PIP_INDEX_URL", "", "package index a provider installs job packages from (default: pip's own)")
 	pipLinks := f.string("pip-find-links", "GAAS_PIP_FIND_LINKS", "", "local folder of wheels a provider installs job packages from, instead of an index")
 	jobMemory := f.int("job-memory-mib", "GAAS_JOB_MEMORY_MIB", 0, "memory a provider gives each job, in MiB (default 4096)")
@@ -50,7 +52,7 @@ func (c *cli) node(ctx context.Context, args []string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	cfg := node.Config{DataDir: *data, Listen: *listen, APIAddr: *apiAddr, Coordinator: *coord, Bootstrap: *bootstrap, PipIndexURL: *pipIndex, PipFindLinks: *pipLinks, Logger: c.logger(logWarn)}
+	cfg := node.Config{DataDir: *data, Listen: *listen, APIAddr: *apiAddr, Coordinator: *coord, Bootstrap: *bootstrap, ServeLowerTiers: *lower, PipIndexURL: *pipIndex, PipFindLinks: *pipLinks, Logger: c.logger(logWarn)}
 	if *jobMemory < 0 || *jobProcs < 0 || *jobDisk < 0 {
 		return usagef("node: job limits cannot be negative")
 	}
@@ -111,13 +113,14 @@ func (c *cli) coordinator(ctx context.Context, args []string) error {
 	f := c.flags("coordinator")
 	data := f.string("data", "GAAS_DATA", defaultDataDir("gaas-coordinator"), "data folder: identity key and ledger")
 	listen := f.list("listen", "GAAS_LISTEN", "libp2p listen address (default /ip4/0.0.0.0/tcp/4001 and /ip4/0.0.0.0/udp/4001/quic-v1)")
+	rateCard := f.string("rate-card", "GAAS_RATE_CARD", "", "a JSON rate card to publish instead of the default (see README)")
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
 	if len(*listen) == 0 {
 		*listen = []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}
 	}
-	co, err := startCoordinator(*data, *listen, c.logger(logInfo))
+	co, err := coordinator.Start(coordinator.Config{DataDir: *data, Listen: *listen, RateCardFile: *rateCard, Logger: c.logger(logInfo)})
 	if err != nil {
 		return err
 	}

@@ -4,16 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 
-	"github.com/trisparc/gaas/coordinator"
 	"github.com/trisparc/gaas/testnet"
 )
-
-func startCoordinator(data string, listen []string, log *slog.Logger) (*coordinator.Coordinator, error) {
-	return coordinator.Start(coordinator.Config{DataDir: data, Listen: listen, Logger: log})
-}
 
 func (c *cli) testnet(ctx context.Context, args []string) error {
 	f := c.flags("testnet")
