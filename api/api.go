@@ -22,6 +22,12 @@ type Service interface {
 	Jobs(ctx context.Context, offset, limit int) (JobList, error)
 	Job(ctx context.Context, id string) (Job, error)
 	CancelJob(ctx context.Context, id string) (Job, error)
+	// RetryJob starts a new job with a finished job's inputs; any field
+	// set in change replaces that input (edit and retry).
+	RetryJob(ctx context.Context, id string, change JobSpec) (Job, error)
+	// Estimate prices a job before it starts: the rate, the most it can
+	// cost, and whether a failed run would be charged.
+	Estimate(ctx context.Context, tier string, capSeconds int64) (Estimate, error)
 	// Events streams a job's events after seq `after`: first those
 	// already logged, then live ones. The channel closes after the job
 	// reaches a final state, or when ctx ends.
@@ -30,8 +36,8 @@ type Service interface {
 	// output lines) so far.
 	Logs(ctx context.Context, id string) ([]Event, error)
 	// Model opens a completed job's model: a file as itself, a folder as
-	// a .tar.gz.
-	Model(ctx context.Context, id string) (*ModelFile, error)
+	// a .tar.gz, or as a .zip when format is "zip".
+	Model(ctx context.Context, id, format string) (*ModelFile, error)
 	Balance(ctx context.Context) (Balance, error)
 	// History is this node's ledger entries (as buyer and as provider).
 	History(ctx context.Context) ([]LedgerEntry, error)
@@ -111,6 +117,22 @@ func (t Tiers) Find(name string) (Tier, bool) {
 		}
 	}
 	return Tier{}, false
+}
+
+// Estimate is the price screen: what a job of a tier and cap costs.
+type Estimate struct {
+	Tier                   string `json:"tier"`
+	Rate                   int64  `json:"rate_paise_per_hour"`
+	RateDisplay            string `json:"rate_display"`
+	CapSeconds             int64  `json:"cap_seconds"`
+	MaxCharge              int64  `json:"max_charge_paise"`
+	MaxChargeDisplay       string `json:"max_charge_display"`
+	StartButton            string `json:"start_button"` // "Start training ₹50/hr"
+	Available              int64  `json:"available_paise"`
+	EnoughFunds            bool   `json:"enough_funds"`
+	FailedRunsCharged      bool   `json:"failed_runs_charged"`
+	FailedAllowanceSeconds int64  `json:"failed_allowance_seconds"`
+	FailedRunNote          string `json:"failed_run_note"`
 }
 
 // Dataset is an uploaded, checked CSV.

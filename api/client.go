@@ -127,6 +127,14 @@ func (c *Client) CancelJob(ctx context.Context, id string) (j Job, err error) {
 	return j, c.call(ctx, "POST", "/api/jobs/"+url.PathEscape(id)+"/cancel", nil, &j)
 }
 
+func (c *Client) RetryJob(ctx context.Context, id string, change JobSpec) (j Job, err error) {
+	return j, c.call(ctx, "POST", "/api/jobs/"+url.PathEscape(id)+"/retry", change, &j)
+}
+
+func (c *Client) Estimate(ctx context.Context, tier string, capSeconds int64) (e Estimate, err error) {
+	return e, c.call(ctx, "GET", fmt.Sprintf("/api/estimate?tier=%s&cap_seconds=%d", url.QueryEscape(tier), capSeconds), nil, &e)
+}
+
 func (c *Client) Logs(ctx context.Context, id string) (evs []Event, err error) {
 	return evs, c.call(ctx, "GET", "/api/jobs/"+url.PathEscape(id)+"/logs", nil, &evs)
 }
@@ -220,8 +228,12 @@ func Final(state string) bool {
 }
 
 // Model downloads a job's model.
-func (c *Client) Model(ctx context.Context, id string) (*ModelFile, error) {
-	resp, err := c.do(ctx, "GET", "/api/jobs/"+url.PathEscape(id)+"/model", nil, "")
+func (c *Client) Model(ctx context.Context, id, format string) (*ModelFile, error) {
+	path := "/api/jobs/" + url.PathEscape(id) + "/model"
+	if format != "" {
+		path += "?format=" + url.QueryEscape(format)
+	}
+	resp, err := c.do(ctx, "GET", path, nil, "")
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,8 @@ func Handler(svc Service, token string, log *slog.Logger) http.Handler {
 	mux.HandleFunc("GET /api/jobs", s.auth(s.listJobs))
 	mux.HandleFunc("GET /api/jobs/{id}", s.auth(s.job))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.auth(s.cancelJob))
+	mux.HandleFunc("POST /api/jobs/{id}/retry", s.auth(s.retryJob))
+	mux.HandleFunc("GET /api/estimate", s.auth(s.estimate))
 	mux.HandleFunc("GET /api/jobs/{id}/events", s.auth(s.events))
 	mux.HandleFunc("GET /api/jobs/{id}/logs", s.auth(s.logs))
 	mux.HandleFunc("GET /api/jobs/{id}/model", s.auth(s.model))
@@ -174,6 +176,30 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, http.StatusOK, j, err)
 }
 
+func (s *server) retryJob(w http.ResponseWriter, r *http.Request) {
+	var change JobSpec
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&change); err != nil && err != io.EOF {
+			writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The changes are not valid JSON: %v.", err))
+			return
+		}
+	}
+	j, err := s.svc.RetryJob(r.Context(), r.PathValue("id"), change)
+	s.respond(w, http.StatusCreated, j, err)
+}
+
+func (s *server) estimate(w http.ResponseWriter, r *http.Request) {
+	capSeconds, err := queryInt(r, "cap_seconds", 3600)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	e, err := s.svc.Estimate(r.Context(), r.URL.Query().Get("tier"), int64(capSeconds))
+	s.respond(w, http.StatusOK, e, err)
+}
+
 func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	evs, err := s.svc.Logs(r.Context(), r.PathValue("id"))
 	s.respond(w, http.StatusOK, evs, err)
@@ -219,7 +245,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) model(w http.ResponseWriter, r *http.Request) {
-	m, err := s.svc.Model(r.Context(), r.PathValue("id"))
+	m, err := s.svc.Model(r.Context(), r.PathValue("id"), r.URL.Query().Get("format"))
 	if err != nil {
 		writeError(w, err)
 		return

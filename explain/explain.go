@@ -107,6 +107,8 @@ func Sentence(f Failure) string {
 			where = fmt.Sprintf(" in %s on line %s", baseName(m[len(m)-1][1]), m[len(m)-1][2])
 		}
 		return fmt.Sprintf("Your script has a syntax error%s: %s.", where, msg)
+	case short == "OutOfMemoryError" || strings.Contains(msg, "CUDA out of memory") || strings.Contains(msg, "CUDA_ERROR_OUT_OF_MEMORY"):
+		return "Your script ran out of GPU memory (VRAM). Use a smaller batch or model, or pick the next tier up, which has more VRAM."
 	case short == "MemoryError":
 		return "Your script ran out of memory. Use a smaller batch or dataset, or pick the next tier up."
 	case short == "FileNotFoundError":

@@ -57,6 +57,8 @@ func TestSentenceFromRealTracebacks(t *testing.T) {
 			"Your script ran out of memory. Use a smaller batch or dataset, or pick the next tier up."},
 		{"syntax error in an imported module", "import os\ndef main():\n    exec(compile('x = = 1', 'model_def.py', 'exec'))\n",
 			"Your script has a syntax error in model_def.py on line 1: invalid syntax."},
+		{"GPU out of memory", "class OutOfMemoryError(RuntimeError): pass\ndef main():\n    raise OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 11.76 GiB total capacity)')\n",
+			"Your script ran out of GPU memory (VRAM). Use a smaller batch or model, or pick the next tier up, which has more VRAM."},
 		{"anything else", "def main():\n    raise ValueError('learning rate must be positive')\n",
 			"Your script stopped with ValueError: learning rate must be positive."},
 		{"present column, other KeyError", "def main():\n    {}['age']\n",

@@ -2,6 +2,7 @@ package node
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -19,7 +20,10 @@ import (
 
 // Model opens a completed job's model from the local blockstore: a single
 // file as itself, a folder as a .tar.gz streamed as it is read.
-func (n *Node) Model(ctx context.Context, id string) (*api.ModelFile, error) {
+func (n *Node) Model(ctx context.Context, id, format string) (*api.ModelFile, error) {
+	if format != "" && format != "zip" && format != "tar.gz" {
+		return nil, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "A model downloads as zip or tar.gz, not %q.", format)
+	}
 	j, err := n.job(id)
 	if err != nil {
 		return nil, err
@@ -48,25 +52,29 @@ func (n *Node) Model(ctx context.Context, id string) (*api.ModelFile, error) {
 			return nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "The node is shutting down.")
 		}
 		pr, pw := io.Pipe()
+		name, ct, write := j.Model.Name+".tar.gz", "application/gzip", writeTarGz
+		if format == "zip" {
+			name, ct, write = j.Model.Name+".zip", "application/zip", writeZip
+		}
 		go func() {
 			defer n.leave()
 			defer nd.Close()
-			pw.CloseWithError(writeTarGz(pw, nd))
+			pw.CloseWithError(write(pw, nd))
 		}()
-		return &api.ModelFile{Name: j.Model.Name + ".tar.gz", CID: j.Model.CID, Size: -1, ContentType: "application/gzip", Body: pr}, nil
+		return &api.ModelFile{Name: name, CID: j.Model.CID, Size: -1, ContentType: ct, Body: pr}, nil
 	}
 	nd.Close()
 	return nil, fmt.Errorf("model %s is neither a file nor a folder", c)
 }
 
-func writeTarGz(w io.Writer, dir files.Directory) error {
-	gz := gzip.NewWriter(w)
-	tw := tar.NewWriter(gz)
-	err := files.Walk(dir, func(path string, nd files.Node) error {
+// walkModel calls file for each file of a model folder, and dir for each
+// folder, with paths checked: names come from the provider's DAG, and none
+// may climb out of the archive.
+func walkModel(root files.Directory, dir func(path string) error, file func(path string, size int64, r io.Reader) error) error {
+	return files.Walk(root, func(path string, nd files.Node) error {
 		if path == "" {
 			return nil
 		}
-		// Names come from the provider's DAG: none may climb out of the archive.
 		for _, part := range strings.Split(path, "/") {
 			if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "\\\x00") {
 				return fmt.Errorf("the model holds an unsafe file name %q", path)
@@ -74,20 +82,32 @@ func writeTarGz(w io.Writer, dir files.Directory) error {
 		}
 		switch nd := nd.(type) {
 		case files.Directory:
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path + "/", Mode: 0o755})
+			return dir(path)
 		case files.File:
 			size, err := nd.Size()
 			if err != nil {
 				return err
 			}
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path, Mode: 0o644, Size: size}); err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, nd)
-			return err
+			return file(path, size, nd)
 		}
 		return nil
 	})
+}
+
+func writeTarGz(w io.Writer, root files.Directory) error {
+	gz := gzip.NewWriter(w)
+	tw := tar.NewWriter(gz)
+	err := walkModel(root,
+		func(path string) error {
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path + "/", Mode: 0o755})
+		},
+		func(path string, size int64, r io.Reader) error {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path, Mode: 0o644, Size: size}); err != nil {
+				return err
+			}
+			_, err := io.Copy(tw, r)
+			return err
+		})
 	if err != nil {
 		return err
 	}
@@ -95,4 +115,25 @@ func writeTarGz(w io.Writer, dir files.Directory) error {
 		return err
 	}
 	return gz.Close()
+}
+
+func writeZip(w io.Writer, root files.Directory) error {
+	zw := zip.NewWriter(w)
+	err := walkModel(root,
+		func(path string) error {
+			_, err := zw.Create(path + "/")
+			return err
+		},
+		func(path string, size int64, r io.Reader) error {
+			f, err := zw.Create(path)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, r)
+			return err
+		})
+	if err != nil {
+		return err
+	}
+	return zw.Close()
 }

@@ -139,7 +139,7 @@ func TestJobEndToEnd(t *testing.T) {
 	if job.Model == nil || job.Model.Name != "model.json" || !strings.HasPrefix(job.Model.CID, "bafk") {
 		t.Fatalf("model %+v", job.Model)
 	}
-	m, err := c.Model(ctx, job.ID)
+	m, err := c.Model(ctx, job.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -167,20 +167,21 @@ func (c *cli) submitAndFollow(ctx context.Context, svc api.Service, s submission
 	if len(s.packages) > 0 {
 		fmt.Fprintf(w, "Packages  %s\n", strings.Join(s.packages, ", "))
 	}
-	maxCharge, err := money.Charge(tier.Rate, s.capSeconds)
+	price, err := svc.Estimate(ctx, tier.Name, s.capSeconds)
 	if err != nil {
 		return api.Job{}, err
 	}
-	fmt.Fprintf(w, "Tier      %s (%s) at %s\n", tier.Title, tier.Class, tier.RateDisplay)
-	fmt.Fprintf(w, "Budget    stops after %s, so it costs at most %s\n", formatDuration(s.capSeconds), money.Format(maxCharge))
-	if b, err := svc.Balance(ctx); err == nil {
-		fmt.Fprintf(w, "If the script fails: %s\n", allowanceLine(b.FailedAllowanceSeconds))
+	fmt.Fprintf(w, "Tier      %s (%s) at %s\n", tier.Title, tier.Class, price.RateDisplay)
+	fmt.Fprintf(w, "Budget    stops after %s, so it costs at most %s\n", formatDuration(s.capSeconds), price.MaxChargeDisplay)
+	fmt.Fprintf(w, "If the script fails: %s\n", allowanceLine(price.FailedAllowanceSeconds))
+	if !price.EnoughFunds {
+		return api.Job{}, fmt.Errorf("not enough balance: this job can cost up to %s but %s is available; add funds or lower --max-hours", price.MaxChargeDisplay, money.Format(price.Available))
 	}
 	if !s.yes {
 		if !c.interactive {
 			return api.Job{}, errors.New("not starting: the price needs your confirmation and there is no terminal to ask on; pass --yes to accept it")
 		}
-		fmt.Fprintf(w, "Start training %s? [y/N] ", tier.RateDisplay)
+		fmt.Fprintf(w, "%s? [y/N] ", price.StartButton)
 		answer, _ := bufio.NewReader(c.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			fmt.Fprintln(w, "Not started.")
@@ -289,7 +290,7 @@ func chargeLine(job api.Job) string {
 // saveModel downloads the model into dir without overwriting anything:
 // if NAME is taken it tries JOB-NAME, then JOB-2-NAME and so on.
 func saveModel(ctx context.Context, svc api.Service, job api.Job, dir string) (string, error) {
-	m, err := svc.Model(ctx, job.ID)
+	m, err := svc.Model(ctx, job.ID, "")
 	if err != nil {
 		return "", err
 	}
