@@ -4,7 +4,7 @@
 export CGO_CFLAGS := -Wno-deprecated-declarations
 GO ?= go
 
-.PHONY: help deps build demo test bench fuzz clean
+.PHONY: help deps build demo test bench fuzz generate clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ fuzz: ## fuzz each decoder of user or network input for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 30s ./protocol
 	$(GO) test -run '^$$' -fuzz FuzzConnReceive -fuzztime 30s ./protocol
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./money
+
+generate: ## rewrite api/openapi.json from the API's route table and types
+	cd api && $(GO) generate .
 
 clean: ## remove build output and the default testnet folder
 	rm -rf bin .testnet

@@ -16,27 +16,52 @@ import (
 // maxJSONBody bounds JSON request bodies; uploads have their own limits.
 const maxJSONBody = 64 << 10
 
+// route is one API route: how it is served and how the OpenAPI document
+// describes it. The table is the single source of both.
+type route struct {
+	method, path, summary string
+	public                bool // no token needed
+	query                 []param
+	body                  any // JSON request type; a string is a raw content type
+	status                int // success status
+	result                any // JSON response type; a string is a raw content type
+	handle                func(*server) http.HandlerFunc
+}
+
+type param struct{ name, typ, doc string }
+
+var routes = []route{
+	{method: "GET", path: "/api/health", summary: "Liveness, peer ID, the coordinator, a provider's sandbox limits", public: true, status: 200, result: Health{}, handle: func(s *server) http.HandlerFunc { return s.health }},
+	{method: "GET", path: "/api/openapi.json", summary: "This document", public: true, status: 200, result: "application/json", handle: func(s *server) http.HandlerFunc { return serveOpenAPI }},
+	{method: "GET", path: "/api/tiers", summary: "The rate card", status: 200, result: Tiers{}, handle: func(s *server) http.HandlerFunc { return s.tiers }},
+	{method: "GET", path: "/api/estimate", summary: "The price of a job before it starts", query: []param{{"tier", "string", "starter, pro or max"}, {"cap_seconds", "integer", "budget cap (default 3600)"}}, status: 200, result: Estimate{}, handle: func(s *server) http.HandlerFunc { return s.estimate }},
+	{method: "POST", path: "/api/datasets", summary: "Upload and check a CSV (streamed)", query: []param{{"name", "string", "the file's name, ending .csv"}}, body: "text/csv", status: 201, result: Dataset{}, handle: func(s *server) http.HandlerFunc { return s.uploadDataset }},
+	{method: "POST", path: "/api/scripts", summary: "Upload a script; check its main() with Python's parser", query: []param{{"name", "string", "the file's name, ending .py"}}, body: "text/x-python", status: 201, result: Script{}, handle: func(s *server) http.HandlerFunc { return s.uploadScript }},
+	{method: "POST", path: "/api/jobs", summary: "Hold the most the job can cost and queue it", body: JobSpec{}, status: 201, result: Job{}, handle: func(s *server) http.HandlerFunc { return s.createJob }},
+	{method: "GET", path: "/api/jobs", summary: "Jobs, newest first", query: []param{{"offset", "integer", "jobs to skip"}, {"limit", "integer", "at most this many (default 50)"}}, status: 200, result: JobList{}, handle: func(s *server) http.HandlerFunc { return s.listJobs }},
+	{method: "GET", path: "/api/jobs/{id}", summary: "One job", status: 200, result: Job{}, handle: func(s *server) http.HandlerFunc { return s.job }},
+	{method: "POST", path: "/api/jobs/{id}/cancel", summary: "Cancel; a running job is charged for its seconds and delivers no model", status: 200, result: Job{}, handle: func(s *server) http.HandlerFunc { return s.cancelJob }},
+	{method: "POST", path: "/api/jobs/{id}/retry", summary: "A new job with this job's inputs; fields given replace them (edit and retry)", body: JobSpec{}, status: 201, result: Job{}, handle: func(s *server) http.HandlerFunc { return s.retryJob }},
+	{method: "GET", path: "/api/jobs/{id}/events", summary: "Server-sent events: states, notices, output lines (resumable with Last-Event-ID), telemetry", query: []param{{"after", "integer", "resume after this event"}}, status: 200, result: "text/event-stream", handle: func(s *server) http.HandlerFunc { return s.events }},
+	{method: "GET", path: "/api/jobs/{id}/logs", summary: "The job's logged events", status: 200, result: []Event{}, handle: func(s *server) http.HandlerFunc { return s.logs }},
+	{method: "GET", path: "/api/jobs/{id}/model", summary: "The model: a file as itself (ranges work), a folder as .tar.gz or .zip", query: []param{{"format", "string", "zip or tar.gz, for a folder"}}, status: 200, result: "application/octet-stream", handle: func(s *server) http.HandlerFunc { return s.model }},
+	{method: "GET", path: "/api/balance", summary: "Available, held and earned; the failed-run allowance", status: 200, result: Balance{}, handle: func(s *server) http.HandlerFunc { return s.balance }},
+	{method: "GET", path: "/api/ledger/history", summary: "This node's ledger entries", status: 200, result: []LedgerEntry{}, handle: func(s *server) http.HandlerFunc { return s.history }},
+	{method: "POST", path: "/api/ledger/payout", summary: "Pay provider earnings out", body: PayoutRequest{}, status: 201, result: LedgerEntry{}, handle: func(s *server) http.HandlerFunc { return s.payout }},
+}
+
 // Handler serves svc over HTTP under /api/, checking the bearer token on
-// every route but health.
+// every route but the public ones.
 func Handler(svc Service, token string, log *slog.Logger) http.Handler {
 	s := &server{svc: svc, token: token, log: log}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/health", s.health)
-	mux.HandleFunc("GET /api/tiers", s.auth(s.tiers))
-	mux.HandleFunc("POST /api/datasets", s.auth(s.uploadDataset))
-	mux.HandleFunc("POST /api/scripts", s.auth(s.uploadScript))
-	mux.HandleFunc("POST /api/jobs", s.auth(s.createJob))
-	mux.HandleFunc("GET /api/jobs", s.auth(s.listJobs))
-	mux.HandleFunc("GET /api/jobs/{id}", s.auth(s.job))
-	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.auth(s.cancelJob))
-	mux.HandleFunc("POST /api/jobs/{id}/retry", s.auth(s.retryJob))
-	mux.HandleFunc("GET /api/estimate", s.auth(s.estimate))
-	mux.HandleFunc("GET /api/jobs/{id}/events", s.auth(s.events))
-	mux.HandleFunc("GET /api/jobs/{id}/logs", s.auth(s.logs))
-	mux.HandleFunc("GET /api/jobs/{id}/model", s.auth(s.model))
-	mux.HandleFunc("GET /api/balance", s.auth(s.balance))
-	mux.HandleFunc("GET /api/ledger/history", s.auth(s.history))
-	mux.HandleFunc("POST /api/ledger/payout", s.auth(s.payout))
+	for _, r := range routes {
+		h := r.handle(s)
+		if !r.public {
+			h = s.auth(h)
+		}
+		mux.HandleFunc(r.method+" "+r.path, h)
+	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Errorf(http.StatusNotFound, CodeNotFound, "There is no API route %s %s.", r.Method, r.URL.Path))
 	})

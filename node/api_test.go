@@ -185,3 +185,89 @@ func TestRateCardAnnounced(t *testing.T) {
 		t.Fatalf("tiers %+v %v", tiers, err)
 	}
 }
+
+// TestEveryDocumentedRoute asks a real node every route in the OpenAPI
+// document: each is served (no "no such route"), and what the successful
+// JSON ones answer has every property the document says is required.
+func TestEveryDocumentedRoute(t *testing.T) {
+	n, co := startBuyer(t)
+	co.Ledger.Credit("test", "buyer:"+n.ID().String(), 10000, "test")
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage
+		Components struct {
+			Schemas map[string]struct {
+				Required []string
+			}
+		}
+	}
+	status, raw := getRaw(t, n, "/api/openapi.json", "")
+	if status != 200 || json.Unmarshal(raw, &doc) != nil || len(doc.Paths) < 15 {
+		t.Fatalf("openapi.json: %d, %d paths", status, len(doc.Paths))
+	}
+	checked := 0
+	for path, ops := range doc.Paths {
+		for method, opRaw := range ops {
+			var op struct {
+				Responses map[string]struct {
+					Content map[string]struct {
+						Schema struct {
+							Ref string `json:"$ref"`
+						}
+					}
+				}
+			}
+			json.Unmarshal(opRaw, &op)
+			url := strings.ReplaceAll(path, "{id}", "j-none")
+			if path == "/api/estimate" {
+				url += "?tier=pro&cap_seconds=600"
+			}
+			req, _ := http.NewRequest(strings.ToUpper(method), n.APIURL()+url, strings.NewReader("{}"))
+			req.Header.Set("Authorization", "Bearer "+n.Token())
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(body), "There is no API route") || resp.StatusCode == http.StatusMethodNotAllowed {
+				t.Errorf("%s %s is documented but not served", method, path)
+				continue
+			}
+			ok, found := op.Responses["200"]
+			if resp.StatusCode != 200 || !found {
+				continue
+			}
+			ref := ok.Content["application/json"].Schema.Ref
+			if ref == "" {
+				continue
+			}
+			name := ref[strings.LastIndex(ref, "/")+1:]
+			var got map[string]any
+			if err := json.Unmarshal(body, &got); err != nil {
+				t.Errorf("%s %s: %v", method, path, err)
+				continue
+			}
+			for _, field := range doc.Components.Schemas[name].Required {
+				if _, ok := got[field]; !ok {
+					t.Errorf("%s %s answers a %s without %q", method, path, name, field)
+				}
+			}
+			checked++
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d answers were checked against their schemas", checked)
+	}
+}
+
+func getRaw(t *testing.T, n *Node, path, token string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get(n.APIURL() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
