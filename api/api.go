@@ -39,6 +39,12 @@ type Service interface {
 	// a .tar.gz, or as a .zip when format is "zip".
 	Model(ctx context.Context, id, format string) (*ModelFile, error)
 	Balance(ctx context.Context) (Balance, error)
+	// Tokens lists the API tokens (never their secrets).
+	Tokens(ctx context.Context) ([]Token, error)
+	// CreateToken makes a named token; its secret is shown only now.
+	CreateToken(ctx context.Context, name string) (NewToken, error)
+	// RevokeToken deletes a token: it stops working at once.
+	RevokeToken(ctx context.Context, id string) error
 	// History is this node's ledger entries (as buyer and as provider).
 	History(ctx context.Context) ([]LedgerEntry, error)
 	// Payout moves provider earnings out; key makes a retry harmless.
@@ -117,6 +123,30 @@ func (t Tiers) Find(name string) (Tier, bool) {
 		}
 	}
 	return Tier{}, false
+}
+
+// Authenticator checks a bearer token.
+type Authenticator interface {
+	Authenticate(token string) bool
+}
+
+// Token is an API token as listed: never its secret.
+type Token struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	LastUsed  time.Time `json:"last_used,omitempty"`
+}
+
+// NewToken is a token just made, with its secret.
+type NewToken struct {
+	Token
+	Secret string `json:"token"`
+}
+
+// TokenRequest names a new token.
+type TokenRequest struct {
+	Name string `json:"name"`
 }
 
 // Estimate is the price screen: what a job of a tier and cap costs.

@@ -135,6 +135,22 @@ func (c *Client) Estimate(ctx context.Context, tier string, capSeconds int64) (e
 	return e, c.call(ctx, "GET", fmt.Sprintf("/api/estimate?tier=%s&cap_seconds=%d", url.QueryEscape(tier), capSeconds), nil, &e)
 }
 
+func (c *Client) Tokens(ctx context.Context) (t []Token, err error) {
+	return t, c.call(ctx, "GET", "/api/tokens", nil, &t)
+}
+
+func (c *Client) CreateToken(ctx context.Context, name string) (t NewToken, err error) {
+	return t, c.call(ctx, "POST", "/api/tokens", TokenRequest{Name: name}, &t)
+}
+
+func (c *Client) RevokeToken(ctx context.Context, id string) error {
+	resp, err := c.do(ctx, "DELETE", "/api/tokens/"+url.PathEscape(id), nil, "")
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
 func (c *Client) Logs(ctx context.Context, id string) (evs []Event, err error) {
 	return evs, c.call(ctx, "GET", "/api/jobs/"+url.PathEscape(id)+"/logs", nil, &evs)
 }

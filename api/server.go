@@ -1,16 +1,18 @@
 package api
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // maxJSONBody bounds JSON request bodies; uploads have their own limits.
@@ -46,14 +48,17 @@ var routes = []route{
 	{method: "GET", path: "/api/jobs/{id}/logs", summary: "The job's logged events", status: 200, result: []Event{}, handle: func(s *server) http.HandlerFunc { return s.logs }},
 	{method: "GET", path: "/api/jobs/{id}/model", summary: "The model: a file as itself (ranges work), a folder as .tar.gz or .zip", query: []param{{"format", "string", "zip or tar.gz, for a folder"}}, status: 200, result: "application/octet-stream", handle: func(s *server) http.HandlerFunc { return s.model }},
 	{method: "GET", path: "/api/balance", summary: "Available, held and earned; the failed-run allowance", status: 200, result: Balance{}, handle: func(s *server) http.HandlerFunc { return s.balance }},
+	{method: "GET", path: "/api/tokens", summary: "API tokens (names and IDs, never secrets)", status: 200, result: []Token{}, handle: func(s *server) http.HandlerFunc { return s.tokens }},
+	{method: "POST", path: "/api/tokens", summary: "Make a named token, for a phone or a script; its secret is shown once", body: TokenRequest{}, status: 201, result: NewToken{}, handle: func(s *server) http.HandlerFunc { return s.createToken }},
+	{method: "DELETE", path: "/api/tokens/{id}", summary: "Revoke a token", status: 204, result: "text/plain", handle: func(s *server) http.HandlerFunc { return s.revokeToken }},
 	{method: "GET", path: "/api/ledger/history", summary: "This node's ledger entries", status: 200, result: []LedgerEntry{}, handle: func(s *server) http.HandlerFunc { return s.history }},
 	{method: "POST", path: "/api/ledger/payout", summary: "Pay provider earnings out", body: PayoutRequest{}, status: 201, result: LedgerEntry{}, handle: func(s *server) http.HandlerFunc { return s.payout }},
 }
 
 // Handler serves svc over HTTP under /api/, checking the bearer token on
 // every route but the public ones.
-func Handler(svc Service, token string, log *slog.Logger) http.Handler {
-	s := &server{svc: svc, token: token, log: log}
+func Handler(svc Service, auth Authenticator, log *slog.Logger) http.Handler {
+	s := &server{svc: svc, authn: auth, log: log, failures: map[string]*failures{}}
 	mux := http.NewServeMux()
 	for _, r := range routes {
 		h := r.handle(s)
@@ -70,19 +75,88 @@ func Handler(svc Service, token string, log *slog.Logger) http.Handler {
 
 type server struct {
 	svc   Service
-	token string
+	authn Authenticator
 	log   *slog.Logger
+
+	mu       sync.Mutex
+	failures map[string]*failures // by client address
+}
+
+// failures counts wrong tokens from one address, to slow guessing.
+type failures struct {
+	count int
+	since time.Time
+}
+
+// Wrong tokens allowed per address per window before it is refused.
+const (
+	maxAuthFailures  = 10
+	authFailureSpell = time.Minute
+)
+
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		addr := clientAddr(r)
+		s.mu.Lock()
+		f := s.failures[addr]
+		if f != nil && time.Since(f.since) > authFailureSpell {
+			delete(s.failures, addr)
+			f = nil
+		}
+		blocked := f != nil && f.count >= maxAuthFailures
+		s.mu.Unlock()
+		if blocked {
+			w.Header().Set("Retry-After", "60")
+			writeError(w, Errorf(http.StatusTooManyRequests, CodeUnauthorized, "Too many wrong API tokens from this address; wait a minute and try again."))
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+		if !ok || !s.authn.Authenticate(got) {
+			s.mu.Lock()
+			if f = s.failures[addr]; f == nil {
+				f = &failures{since: time.Now()}
+				s.failures[addr] = f
+			}
+			f.count++
+			s.mu.Unlock()
 			writeError(w, Errorf(http.StatusUnauthorized, CodeUnauthorized, "Missing or wrong API token: pass it as 'Authorization: Bearer TOKEN' (the CLI reads GAAS_TOKEN)."))
 			return
 		}
 		h(w, r)
 	}
+}
+
+func (s *server) tokens(w http.ResponseWriter, r *http.Request) {
+	t, err := s.svc.Tokens(r.Context())
+	s.respond(w, http.StatusOK, t, err)
+}
+
+func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
+	var req TokenRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The token request is not valid JSON: %v.", err))
+		return
+	}
+	t, err := s.svc.CreateToken(r.Context(), req.Name)
+	s.respond(w, http.StatusCreated, t, err)
+}
+
+func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if err := s.svc.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -271,3 +271,49 @@ func getRaw(t *testing.T, n *Node, path, token string) (int, []byte) {
 	data, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, data
 }
+
+func TestTokens(t *testing.T) {
+	n, _ := startBuyer(t)
+	c := api.NewClient(n.APIURL(), n.Token())
+	ctx := context.Background()
+	phone, err := c.CreateToken(ctx, "phone")
+	if err != nil || len(phone.Secret) < 32 {
+		t.Fatalf("new token: %+v %v", phone, err)
+	}
+	asPhone := api.NewClient(n.APIURL(), phone.Secret)
+	if _, err := asPhone.Jobs(ctx, 0, 10); err != nil {
+		t.Fatalf("the phone's token: %v", err)
+	}
+	list, _ := c.Tokens(ctx)
+	if len(list) != 2 || list[0].ID != "owner" || list[1].Name != "phone" || list[1].LastUsed.IsZero() {
+		t.Fatalf("tokens %+v", list)
+	}
+	raw, _ := json.Marshal(list)
+	if strings.Contains(string(raw), phone.Secret) || strings.Contains(string(raw), n.Token()) {
+		t.Fatal("the token list shows a secret")
+	}
+	if err := c.RevokeToken(ctx, phone.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asPhone.Jobs(ctx, 0, 10); err == nil || !strings.Contains(err.Error(), "wrong API token") {
+		t.Fatalf("a revoked token still works: %v", err)
+	}
+	if err := c.RevokeToken(ctx, "owner"); err == nil || !strings.Contains(err.Error(), "cannot be revoked") {
+		t.Fatalf("revoking the owner token: %v", err)
+	}
+	if err := c.RevokeToken(ctx, "t-nope"); err == nil || !strings.Contains(err.Error(), "no token") {
+		t.Fatalf("revoking an unknown token: %v", err)
+	}
+	if _, err := c.CreateToken(ctx, ""); err == nil {
+		t.Fatal("a token without a name")
+	}
+	// Guessing is slowed: after ten wrong tokens, the address is refused
+	// for a while, right token or not.
+	guesser := api.NewClient(n.APIURL(), "guess")
+	for i := 0; i < 10; i++ {
+		guesser.Jobs(ctx, 0, 1)
+	}
+	if _, err := c.Jobs(ctx, 0, 1); err == nil || !strings.Contains(err.Error(), "Too many wrong API tokens") {
+		t.Fatalf("after ten wrong tokens: %v", err)
+	}
+}

@@ -88,6 +88,7 @@ type Node struct {
 	closing sync.RWMutex
 
 	requests *requestValidator
+	tokens   *tokens
 
 	mu       sync.Mutex
 	card     *protocol.RateCard
@@ -164,6 +165,9 @@ func Start(cfg Config) (*Node, error) {
 		return fail(fmt.Errorf("joining the network through the coordinator at %s: %w", cfg.Coordinator, err))
 	}
 	n.recoverJobs()
+	if err := n.loadTokens(); err != nil {
+		return fail(err)
+	}
 	if err := n.followRateCard(); err != nil {
 		return fail(err)
 	}
@@ -247,7 +251,7 @@ func (n *Node) serveAPI() error {
 		return fmt.Errorf("the API cannot listen on %s: %w (is another node using it? pick another with --api)", addr, err)
 	}
 	n.apiURL = "http://" + ln.Addr().String()
-	n.httpSrv = &http.Server{Handler: api.Handler(n, n.token, n.log), ReadHeaderTimeout: 10 * time.Second}
+	n.httpSrv = &http.Server{Handler: api.Handler(n, n, n.log), ReadHeaderTimeout: 10 * time.Second}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

@@ -156,6 +156,7 @@ var (
 	bucketOrder   = []byte("jobs_by_time")
 	bucketEvents  = []byte("events")
 	bucketUploads = []byte("uploads")
+	bucketTokens  = []byte("tokens")
 )
 
 // Store is an open node database.
@@ -171,7 +172,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketJobs, bucketOrder, bucketEvents, bucketUploads} {
+		for _, b := range [][]byte{bucketJobs, bucketOrder, bucketEvents, bucketUploads, bucketTokens} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -373,4 +374,44 @@ func seqKey(seq uint64) []byte {
 func orderKey(j Job) []byte {
 	k := binary.BigEndian.AppendUint64(nil, uint64(j.CreatedAt.UnixNano()))
 	return append(k, j.ID...)
+}
+
+// Token is an API token: only a hash of its secret is kept.
+type Token struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Hash      string    `json:"hash"` // hex SHA-256 of the secret
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// PutToken stores a token.
+func (s *Store) PutToken(t Token) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketTokens), []byte(t.ID), t) })
+}
+
+// Tokens lists the stored tokens.
+func (s *Store) Tokens() ([]Token, error) {
+	var out []Token
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTokens).ForEach(func(_, v []byte) error {
+			var t Token
+			if err := json.Unmarshal(v, &t); err != nil {
+				return err
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteToken removes a token; ErrNotFound if there is none.
+func (s *Store) DeleteToken(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTokens)
+		if b.Get([]byte(id)) == nil {
+			return ErrNotFound
+		}
+		return b.Delete([]byte(id))
+	})
 }

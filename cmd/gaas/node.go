@@ -103,6 +103,7 @@ func (c *cli) node(ctx context.Context, args []string) error {
 			fmt.Fprintln(c.stdout, "  provider mode on")
 		}
 	}
+	printPairing(ctx, c.stdout, n)
 	fmt.Fprintf(c.stdout, "Use it: export GAAS_NODE=%s GAAS_TOKEN=%s\n", n.APIURL(), n.Token())
 	<-ctx.Done()
 	fmt.Fprintln(c.stdout, "Stopping the node.")
