@@ -2,9 +2,12 @@ package inputs
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
+	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestInspectCSV(t *testing.T) {
@@ -153,4 +156,47 @@ func TestCheckScript(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzScannerAgreesWithEncodingCSV holds the fast row scanner to
+// encoding/csv: on any body after a fixed header, both accept or both
+// refuse, and they count the same rows.
+func FuzzScannerAgreesWithEncodingCSV(f *testing.F) {
+	for _, s := range []string{"1,2\n3,4\n", "\"a,b\",c\n", "\"x\ny\",z\n", "1,\"2\"\"\"\n", "1,2,3\n", "a\"b,c\n", "\"a\"b,c\n", "1,2\r\n\r\n3,4", "\"unclosed,1\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		in := "h1,h2\n" + body
+		cr := csv.NewReader(strings.NewReader(in))
+		var want int64
+		var oracleErr error
+		for {
+			rec, err := cr.Read()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				oracleErr = err
+				break
+			}
+			for _, f := range rec {
+				if !utf8.ValidString(f) {
+					oracleErr = errors.New("utf8")
+				}
+			}
+			want++
+		}
+		want-- // the header
+		ds, err := InspectCSV(strings.NewReader(in), 1<<20)
+		switch {
+		case oracleErr != nil || want == 0 || strings.ContainsRune(in, 0) || strings.HasPrefix(in, "\\xef\\xbb\\xbf"):
+			if err == nil && oracleErr != nil {
+				t.Fatalf("%q: encoding/csv refuses (%v), the scanner accepts %d rows", body, oracleErr, ds.Rows)
+			}
+		case err != nil:
+			t.Fatalf("%q: encoding/csv reads %d rows, the scanner refuses: %v", body, want, err)
+		case ds.Rows != want:
+			t.Fatalf("%q: encoding/csv reads %d rows, the scanner %d", body, want, ds.Rows)
+		}
+	})
 }
