@@ -252,6 +252,7 @@ func scanQuoted(br *bufio.Reader, first []byte, delim byte, line *int) (int, []b
 		for {
 			c := bytes.IndexByte(body[i:], '"')
 			if c < 0 {
+				rec = append([]byte(nil), rec...) // before the reader reuses its buffer
 				more, err := br.ReadBytes('\n')
 				if len(more) == 0 && err != nil {
 					return 0, nil, quoteError(start) // the file ends inside quotes
