@@ -27,6 +27,8 @@ import (
 	"github.com/ipfs/boxo/ipld/unixfs/importer/helpers"
 	uio "github.com/ipfs/boxo/ipld/unixfs/io"
 	"github.com/ipfs/go-cid"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	pebbleds "github.com/ipfs/go-ds-pebble"
 	ipld "github.com/ipfs/go-ipld-format"
 	"github.com/libp2p/go-libp2p/core/host"
@@ -51,7 +53,13 @@ type Store struct {
 
 // Open opens (or creates) the blockstore in dir and starts bitswap on h.
 func Open(dir string, h host.Host) (*Store, error) {
-	ds, err := pebbleds.NewDatastore(dir)
+	// Blocks are hashed content, often already compressed (models,
+	// archives): compressing them again costs more CPU than it saves.
+	opts := &pebble.Options{}
+	for i := range opts.Levels {
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	}
+	ds, err := pebbleds.NewDatastore(dir, pebbleds.WithPebbleOpts(opts))
 	if err != nil {
 		return nil, fmt.Errorf("opening blockstore %s: %w", dir, err)
 	}

@@ -200,3 +200,21 @@ func FuzzScannerAgreesWithEncodingCSV(f *testing.F) {
 		}
 	})
 }
+
+func FuzzCheckScript(f *testing.F) {
+	for _, s := range []string{"def main():\n    pass\n", "async def main(): pass", "x = 'def main(): pass'", "def main(:", "class T:\n  def main(self): pass", "\x00", "def main():\n\treturn 1\n" + strings.Repeat("(", 300)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		s, err := CheckScript(context.Background(), "python3", strings.NewReader(src))
+		if err != nil {
+			t.Fatalf("checking %q: %v", src, err)
+		}
+		if s.MainFound && s.SyntaxError != "" {
+			t.Fatalf("%q: main found in a script with a syntax error", src)
+		}
+		if !s.MainFound && s.Problem("x.py") == "" {
+			t.Fatalf("%q: no main and no problem to report", src)
+		}
+	})
+}

@@ -19,7 +19,7 @@ import (
 )
 
 // startBuyer starts a coordinator and one buyer node on loopback.
-func startBuyer(t *testing.T) (*Node, *coordinator.Coordinator) {
+func startBuyer(t testing.TB) (*Node, *coordinator.Coordinator) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	co, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(t.TempDir(), "c"), Logger: log})

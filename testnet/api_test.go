@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -76,4 +77,39 @@ def main():
 		t.Fatalf("default folder download: %+v %v", m, err)
 	}
 	m.Body.Close()
+}
+
+// TestLastEventID reconnects to a job's event stream the way a browser's
+// EventSource does, with the Last-Event-ID header.
+func TestLastEventID(t *testing.T) {
+	tn, c := start(t, 1)
+	job := submit(t, c, "starter", examples.Dataset, examples.Script)
+	all := follow(t, c, job.ID)
+	req, _ := http.NewRequest("GET", tn.Info.Buyer.API+"/api/jobs/"+job.ID+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+tn.Info.Buyer.Token)
+	req.Header.Set("Last-Event-ID", "3")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("content type %q", resp.Header.Get("Content-Type"))
+	}
+	body, _ := io.ReadAll(resp.Body) // the stream ends with the job's final state
+	var ids []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if id, ok := strings.CutPrefix(line, "id: "); ok {
+			ids = append(ids, id)
+		}
+	}
+	logged := 0
+	for _, ev := range all {
+		if ev.Seq != 0 {
+			logged++
+		}
+	}
+	if len(ids) != logged-3 || ids[0] != "4" {
+		t.Fatalf("after Last-Event-ID 3: ids %v, want %d starting at 4", ids, logged-3)
+	}
 }

@@ -1,0 +1,103 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trisparc/gaas/api"
+)
+
+// BenchmarkUploadDataset uploads a large CSV through a real node's API
+// (streamed to disk while checked, then stored as blocks) and reports its
+// throughput beside, in the same run, a plain read of the file and a
+// plain HTTP upload of it to a handler that discards it; and the most
+// heap the process held meanwhile. GAAS_BENCH_CSV_MB sets the size
+// (default 256; the figure is 1024).
+func BenchmarkUploadDataset(b *testing.B) {
+	mb := 256
+	if v := os.Getenv("GAAS_BENCH_CSV_MB"); v != "" {
+		fmt.Sscan(v, &mb)
+	}
+	path := filepath.Join(b.TempDir(), "big.csv")
+	f, _ := os.Create(path)
+	w := bufio.NewWriterSize(f, 1<<20)
+	fmt.Fprintln(w, "id,age,income,city,score,label")
+	written := 0
+	for i := 0; written < mb<<20; i++ {
+		n, _ := fmt.Fprintf(w, "%d,%d,%d.%02d,Pune,%d.%d,%d\n", i, 18+i%60, 20000+i%90000, i%100, i%1000, i%10, i%2)
+		written += n
+	}
+	w.Flush()
+	f.Close()
+	size := float64(written) / 1e6
+
+	n, _ := startBuyer(b)
+	c := api.NewClient(n.APIURL(), n.Token())
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	defer sink.Close()
+
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	go func() {
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+		}
+	}()
+	var read, plainHTTP, upload time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f, _ := os.Open(path)
+		start := time.Now()
+		io.Copy(io.Discard, f)
+		read += time.Since(start)
+		f.Close()
+
+		f, _ = os.Open(path)
+		start = time.Now()
+		resp, err := http.Post(sink.URL, "text/csv", f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		plainHTTP += time.Since(start)
+		f.Close()
+
+		runtime.GC()
+		peak.Store(0)
+		f, _ = os.Open(path)
+		start = time.Now()
+		ds, err := c.UploadDataset(context.Background(), "big.csv", f)
+		upload += time.Since(start)
+		f.Close()
+		if err != nil || ds.Columns != 6 {
+			b.Fatalf("%+v %v", ds, err)
+		}
+	}
+	b.StopTimer()
+	close(stop)
+	rate := func(d time.Duration) float64 { return size / (d.Seconds() / float64(b.N)) }
+	b.ReportMetric(rate(read), "plain-read-MB/s")
+	b.ReportMetric(rate(plainHTTP), "plain-upload-MB/s")
+	b.ReportMetric(rate(upload), "upload-and-check-MB/s")
+	b.ReportMetric(plainHTTP.Seconds()/upload.Seconds(), "vs-plain-upload")
+	b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+}
