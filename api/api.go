@@ -39,6 +39,11 @@ type Service interface {
 	// a .tar.gz, or as a .zip when format is "zip".
 	Model(ctx context.Context, id, format string) (*ModelFile, error)
 	Balance(ctx context.Context) (Balance, error)
+	// Accounts lists the node's accounts (the owner's call).
+	Accounts(ctx context.Context) ([]Account, error)
+	// CreateAccount makes an account with its first token (the owner's
+	// call); the account sees only its own jobs, files and balance.
+	CreateAccount(ctx context.Context, name string) (NewToken, error)
 	// Tokens lists the API tokens (never their secrets).
 	Tokens(ctx context.Context) ([]Token, error)
 	// CreateToken makes a named token; its secret is shown only now.
@@ -73,6 +78,7 @@ func Errorf(status int, code, format string, args ...any) *Error {
 const (
 	CodeBadRequest        = "bad_request"
 	CodeUnauthorized      = "unauthorized"
+	CodeForbidden         = "forbidden"
 	CodeNotFound          = "not_found"
 	CodeInvalidInput      = "invalid_input"
 	CodeUnknownTier       = "unknown_tier"
@@ -125,15 +131,41 @@ func (t Tiers) Find(name string) (Tier, bool) {
 	return Tier{}, false
 }
 
-// Authenticator checks a bearer token.
+// Authenticator checks a bearer token and says whose it is: "" for the
+// node's owner, or the name of one of its accounts.
 type Authenticator interface {
-	Authenticate(token string) bool
+	Authenticate(token string) (account string, ok bool)
+}
+
+type accountKey struct{}
+
+// WithAccount marks a request as made for an account.
+func WithAccount(ctx context.Context, account string) context.Context {
+	return context.WithValue(ctx, accountKey{}, account)
+}
+
+// AccountFrom is the account a request is made for: "" is the owner.
+func AccountFrom(ctx context.Context) string {
+	a, _ := ctx.Value(accountKey{}).(string)
+	return a
+}
+
+// Account is one user of a node that serves many (a hosted node).
+type Account struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// AccountRequest names a new account.
+type AccountRequest struct {
+	Name string `json:"name"`
 }
 
 // Token is an API token as listed: never its secret.
 type Token struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
+	Account   string    `json:"account,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	LastUsed  time.Time `json:"last_used,omitempty"`
 }

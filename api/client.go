@@ -135,6 +135,14 @@ func (c *Client) Estimate(ctx context.Context, tier string, capSeconds int64) (e
 	return e, c.call(ctx, "GET", fmt.Sprintf("/api/estimate?tier=%s&cap_seconds=%d", url.QueryEscape(tier), capSeconds), nil, &e)
 }
 
+func (c *Client) Accounts(ctx context.Context) (a []Account, err error) {
+	return a, c.call(ctx, "GET", "/api/accounts", nil, &a)
+}
+
+func (c *Client) CreateAccount(ctx context.Context, name string) (t NewToken, err error) {
+	return t, c.call(ctx, "POST", "/api/accounts", AccountRequest{Name: name}, &t)
+}
+
 func (c *Client) Tokens(ctx context.Context) (t []Token, err error) {
 	return t, c.call(ctx, "GET", "/api/tokens", nil, &t)
 }

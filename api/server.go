@@ -48,6 +48,8 @@ var routes = []route{
 	{method: "GET", path: "/api/jobs/{id}/logs", summary: "The job's logged events", status: 200, result: []Event{}, handle: func(s *server) http.HandlerFunc { return s.logs }},
 	{method: "GET", path: "/api/jobs/{id}/model", summary: "The model: a file as itself (ranges work), a folder as .tar.gz or .zip", query: []param{{"format", "string", "zip or tar.gz, for a folder"}}, status: 200, result: "application/octet-stream", handle: func(s *server) http.HandlerFunc { return s.model }},
 	{method: "GET", path: "/api/balance", summary: "Available, held and earned; the failed-run allowance", status: 200, result: Balance{}, handle: func(s *server) http.HandlerFunc { return s.balance }},
+	{method: "GET", path: "/api/accounts", summary: "The node's accounts (owner only)", status: 200, result: []Account{}, handle: func(s *server) http.HandlerFunc { return s.accounts }},
+	{method: "POST", path: "/api/accounts", summary: "Make an account with its first token (owner only); it sees only its own jobs, files and balance", body: AccountRequest{}, status: 201, result: NewToken{}, handle: func(s *server) http.HandlerFunc { return s.createAccount }},
 	{method: "GET", path: "/api/tokens", summary: "API tokens (names and IDs, never secrets)", status: 200, result: []Token{}, handle: func(s *server) http.HandlerFunc { return s.tokens }},
 	{method: "POST", path: "/api/tokens", summary: "Make a named token, for a phone or a script; its secret is shown once", body: TokenRequest{}, status: 201, result: NewToken{}, handle: func(s *server) http.HandlerFunc { return s.createToken }},
 	{method: "DELETE", path: "/api/tokens/{id}", summary: "Revoke a token", status: 204, result: "text/plain", handle: func(s *server) http.HandlerFunc { return s.revokeToken }},
@@ -119,7 +121,11 @@ func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || !s.authn.Authenticate(got) {
+		var account string
+		if ok {
+			account, ok = s.authn.Authenticate(got)
+		}
+		if !ok {
 			s.mu.Lock()
 			if f = s.failures[addr]; f == nil {
 				f = &failures{since: time.Now()}
@@ -130,8 +136,25 @@ func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, Errorf(http.StatusUnauthorized, CodeUnauthorized, "Missing or wrong API token: pass it as 'Authorization: Bearer TOKEN' (the CLI reads GAAS_TOKEN)."))
 			return
 		}
-		h(w, r)
+		h(w, r.WithContext(WithAccount(r.Context(), account)))
 	}
+}
+
+func (s *server) accounts(w http.ResponseWriter, r *http.Request) {
+	a, err := s.svc.Accounts(r.Context())
+	s.respond(w, http.StatusOK, a, err)
+}
+
+func (s *server) createAccount(w http.ResponseWriter, r *http.Request) {
+	var req AccountRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The account request is not valid JSON: %v.", err))
+		return
+	}
+	t, err := s.svc.CreateAccount(r.Context(), req.Name)
+	s.respond(w, http.StatusCreated, t, err)
 }
 
 func (s *server) tokens(w http.ResponseWriter, r *http.Request) {

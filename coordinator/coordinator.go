@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -296,14 +298,20 @@ func (c *Coordinator) answer(m protocol.Message, signer peer.ID) (protocol.Messa
 		card := c.card
 		return &card, nil
 	case *protocol.BalanceRequest:
-		id := signer.String()
-		return &protocol.Balance{
+		id, err := buyerOf(signer, m.Account)
+		if err != nil {
+			return nil, err
+		}
+		b := &protocol.Balance{
 			Account:                id,
 			Available:              c.Ledger.Balance(ledger.Buyer(id)),
 			Held:                   c.Ledger.HeldFor(id),
-			Earned:                 c.Ledger.Balance(ledger.Provider(id)),
 			FailedAllowanceSeconds: c.Ledger.AllowanceLeft(id),
-		}, nil
+		}
+		if m.Account == "" {
+			b.Earned = c.Ledger.Balance(ledger.Provider(id))
+		}
+		return b, nil
 	case *protocol.CreditRequest:
 		if !c.operators[signer] {
 			return nil, refuse(protocol.CodeForbidden, "Only the coordinator's operator may credit accounts.")
@@ -358,7 +366,7 @@ func (c *Coordinator) answer(m protocol.Message, signer peer.ID) (protocol.Messa
 		if err != nil {
 			return nil, err
 		}
-		if signer.String() != h.Buyer && signer.String() != h.Provider {
+		if signer.String() != ownerOf(h.Buyer) && signer.String() != h.Provider {
 			return nil, refuse(protocol.CodeForbidden, "Only the job's buyer or provider may see its settlement.")
 		}
 		return settlement(h), nil
@@ -374,6 +382,10 @@ func (c *Coordinator) hold(m *protocol.HoldRequest, buyer peer.ID) (protocol.Mes
 	if m.JobID == "" || m.CapSeconds <= 0 || m.CapSeconds > 7*24*3600 {
 		return nil, refuse(protocol.CodeBadRequest, "A hold needs a job ID and a budget cap between 1 second and 7 days.")
 	}
+	holder, err := buyerOf(buyer, m.Account)
+	if err != nil {
+		return nil, err
+	}
 	amount, err := money.Charge(tier.RatePaisePerHour, m.CapSeconds)
 	if err != nil {
 		return nil, err
@@ -381,10 +393,10 @@ func (c *Coordinator) hold(m *protocol.HoldRequest, buyer peer.ID) (protocol.Mes
 	if amount == 0 {
 		amount = 1 // a hold always holds something, so it can be resolved
 	}
-	h, err := c.Ledger.PlaceHold(ledger.Hold{Job: m.JobID, Buyer: buyer.String(), Tier: tier.Name, Rate: tier.RatePaisePerHour, CapSeconds: m.CapSeconds, Amount: amount})
+	h, err := c.Ledger.PlaceHold(ledger.Hold{Job: m.JobID, Buyer: holder, Tier: tier.Name, Rate: tier.RatePaisePerHour, CapSeconds: m.CapSeconds, Amount: amount})
 	switch {
 	case errors.Is(err, ledger.ErrInsufficientFunds):
-		have := c.Ledger.Balance(ledger.Buyer(buyer.String()))
+		have := c.Ledger.Balance(ledger.Buyer(holder))
 		return nil, refuse(protocol.CodeInsufficientFunds, "Not enough balance: this job can cost up to %s (%s for %s) but your available balance is %s. Add funds or lower the budget cap.",
 			money.Format(amount), money.FormatRate(tier.RatePaisePerHour), (time.Duration(m.CapSeconds) * time.Second).String(), money.Format(have))
 	case errors.Is(err, ledger.ErrConflict):
@@ -421,7 +433,7 @@ func (c *Coordinator) start(m *protocol.StartNotice, provider peer.ID) (protocol
 	switch {
 	case ct.JobID != m.JobID || ct.Buyer != buyer.String() || ct.Provider != provider.String():
 		return nil, refuse(protocol.CodeForbidden, "The contract was not signed by this job's buyer for this provider.")
-	case h.Buyer != ct.Buyer || h.Rate != ct.RatePaisePerHour || h.CapSeconds != ct.CapSeconds || h.Tier != ct.Tier:
+	case ownerOf(h.Buyer) != ct.Buyer || h.Rate != ct.RatePaisePerHour || h.CapSeconds != ct.CapSeconds || h.Tier != ct.Tier:
 		return nil, refuse(protocol.CodeConflict, "The contract does not match the funds held for job %s.", m.JobID)
 	}
 	h, err = c.Ledger.MarkStarted(m.JobID, provider.String(), c.now())
@@ -481,7 +493,7 @@ func (c *Coordinator) cancel(m *protocol.CancelNotice, buyer peer.ID) (protocol.
 	if err != nil {
 		return nil, err
 	}
-	if h.Buyer != buyer.String() {
+	if ownerOf(h.Buyer) != buyer.String() {
 		return nil, refuse(protocol.CodeForbidden, "Only the job's buyer may cancel it.")
 	}
 	if h.State != ledger.Held {
@@ -504,7 +516,7 @@ func (c *Coordinator) abort(m *protocol.AbortNotice, buyer peer.ID) (protocol.Me
 	if err != nil {
 		return nil, err
 	}
-	if h.Buyer != buyer.String() {
+	if ownerOf(h.Buyer) != buyer.String() {
 		return nil, refuse(protocol.CodeForbidden, "Only the job's buyer may report its provider lost.")
 	}
 	if h.State != ledger.Held {
@@ -532,6 +544,28 @@ func (c *Coordinator) holdOf(job string) (ledger.Hold, error) {
 		return h, refuse(protocol.CodeNotFound, "The coordinator holds no funds for job %s.", job)
 	}
 	return h, err
+}
+
+// A node serving many users (a hosted node) keeps each one's money in a
+// sub-account of its own: "PEER/NAME". Only the peer may use them.
+var subAccountName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+// buyerOf is the buyer a signer acts for: itself, or one of its
+// sub-accounts.
+func buyerOf(signer peer.ID, sub string) (string, error) {
+	if sub == "" {
+		return signer.String(), nil
+	}
+	if !subAccountName.MatchString(sub) {
+		return "", refuse(protocol.CodeBadRequest, "%q is not a sub-account name (lowercase letters, digits, - and _; up to 32).", sub)
+	}
+	return signer.String() + "/" + sub, nil
+}
+
+// ownerOf is the peer behind a buyer account.
+func ownerOf(buyer string) string {
+	owner, _, _ := strings.Cut(buyer, "/")
+	return owner
 }
 
 func settlement(h ledger.Hold) *protocol.Settlement {
@@ -574,7 +608,8 @@ func (c *Coordinator) history(m *protocol.HistoryRequest, signer peer.ID) (proto
 		accounts = []string{m.Account}
 	case m.Account == "":
 		accounts = []string{ledger.Buyer(signer.String()), ledger.Provider(signer.String())}
-	case m.Account == ledger.Buyer(signer.String()) || m.Account == ledger.Provider(signer.String()):
+	case m.Account == ledger.Buyer(signer.String()) || m.Account == ledger.Provider(signer.String()),
+		strings.HasPrefix(m.Account, ledger.Buyer(signer.String())+"/"):
 		accounts = []string{m.Account}
 	default:
 		return nil, refuse(protocol.CodeForbidden, "A peer may read only its own accounts' history.")
@@ -664,7 +699,13 @@ func (cl *Client) RateCard(ctx context.Context) (*protocol.RateCard, error) {
 
 // Balance fetches the caller's own balance.
 func (cl *Client) Balance(ctx context.Context) (*protocol.Balance, error) {
-	return call[*protocol.Balance](ctx, cl, &protocol.BalanceRequest{})
+	return cl.BalanceOf(ctx, "")
+}
+
+// BalanceOf fetches the balance of one of the caller's sub-accounts ("":
+// its own).
+func (cl *Client) BalanceOf(ctx context.Context, account string) (*protocol.Balance, error) {
+	return call[*protocol.Balance](ctx, cl, &protocol.BalanceRequest{Account: account})
 }
 
 func call[T protocol.Message](ctx context.Context, cl *Client, req protocol.Message) (T, error) {

@@ -107,7 +107,7 @@ func TestHoldRefusedStoresNothing(t *testing.T) {
 	if status != http.StatusPaymentRequired || !strings.Contains(body["error"].(string), "Not enough balance: this job can cost up to ₹50") {
 		t.Fatalf("%d %v", status, body)
 	}
-	if jobs, total, _ := n.store.Jobs(0, 10); total != 0 || len(jobs) != 0 {
+	if jobs, total, _ := n.store.Jobs("*", 0, 10); total != 0 || len(jobs) != 0 {
 		t.Fatalf("a refused job was stored: %+v", jobs)
 	}
 }
@@ -128,7 +128,7 @@ func TestStoreEventsAndPaging(t *testing.T) {
 	if err := s.CreateJob(store.Job{ID: "a"}); err == nil {
 		t.Fatal("a second job with the same ID was stored")
 	}
-	jobs, total, _ := s.Jobs(1, 1)
+	jobs, total, _ := s.Jobs("", 1, 1)
 	if total != 3 || len(jobs) != 1 || jobs[0].ID != "b" {
 		t.Fatalf("page 2 of 1: %d %+v", total, jobs)
 	}
@@ -315,5 +315,82 @@ func TestTokens(t *testing.T) {
 	}
 	if _, err := c.Jobs(ctx, 0, 1); err == nil || !strings.Contains(err.Error(), "Too many wrong API tokens") {
 		t.Fatalf("after ten wrong tokens: %v", err)
+	}
+}
+
+// TestAccounts: a node serving many users keeps each to their own jobs,
+// files and money; another account's job answers 404.
+func TestAccounts(t *testing.T) {
+	n, co := startBuyer(t)
+	ctx := context.Background()
+	owner := api.NewClient(n.APIURL(), n.Token())
+	tok, err := owner.CreateAccount(ctx, "karan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	karan := api.NewClient(n.APIURL(), tok.Secret)
+	if _, err := karan.CreateAccount(ctx, "mallory"); err == nil || !strings.Contains(err.Error(), "Only the node's owner") {
+		t.Fatalf("an account making accounts: %v", err)
+	}
+	if _, err := owner.CreateAccount(ctx, "Karan!"); err == nil {
+		t.Fatal("a bad account name was accepted")
+	}
+	if _, err := owner.CreateAccount(ctx, "karan"); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("the same account twice: %v", err)
+	}
+	// Karan's money is a sub-account of the node's at the coordinator.
+	co.Ledger.Credit("top-up", "buyer:"+n.ID().String()+"/karan", 5000, "test")
+	b, _ := karan.Balance(ctx)
+	ob, _ := owner.Balance(ctx)
+	if b.Available != 5000 || ob.Available != 0 {
+		t.Fatalf("balances: karan %d, owner %d", b.Available, ob.Available)
+	}
+	ds, err := karan.UploadDataset(ctx, "d.csv", strings.NewReader("a,b\n1,2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := karan.UploadScript(ctx, "t.py", strings.NewReader("def main():\n    pass\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The owner cannot start a job with karan's files...
+	if _, err := owner.CreateJob(ctx, api.JobSpec{Tier: "starter", Dataset: ds.CID, Script: sc.CID}); err == nil || !strings.Contains(err.Error(), "was not uploaded") {
+		t.Fatalf("another account's upload: %v", err)
+	}
+	// ...karan can, paid from karan's money.
+	job, err := karan.CreateJob(ctx, api.JobSpec{Tier: "starter", Dataset: ds.CID, Script: sc.CID, CapSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := karan.Balance(ctx); b.Held != 500 {
+		t.Fatalf("karan's hold: %+v", b)
+	}
+	if _, err := owner.Job(ctx, job.ID); err == nil || !strings.Contains(err.Error(), "no job") {
+		t.Fatalf("the owner reading karan's job: %v", err)
+	}
+	if _, err := owner.CancelJob(ctx, job.ID); err == nil {
+		t.Fatal("the owner cancelled karan's job")
+	}
+	if l, _ := owner.Jobs(ctx, 0, 10); l.Total != 0 {
+		t.Fatalf("the owner lists %d jobs", l.Total)
+	}
+	if l, _ := karan.Jobs(ctx, 0, 10); l.Total != 1 {
+		t.Fatalf("karan lists %d jobs", l.Total)
+	}
+	if _, err := karan.Payout(ctx, 1, ""); err == nil {
+		t.Fatal("an account paid provider earnings out")
+	}
+	if toks, _ := karan.Tokens(ctx); len(toks) != 1 || toks[0].Account != "karan" {
+		t.Fatalf("karan's tokens %+v", toks)
+	}
+	if err := karan.RevokeToken(ctx, "owner"); err == nil {
+		t.Fatal("karan revoked the owner's token")
+	}
+	h, err := karan.History(ctx)
+	if err != nil || len(h) != 2 { // the top-up and the hold
+		t.Fatalf("karan's history: %d entries, %v", len(h), err)
+	}
+	if _, err := karan.CancelJob(ctx, job.ID); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -75,11 +75,12 @@ func (n *Node) CreateJob(ctx context.Context, spec api.JobSpec) (api.Job, error)
 	if capSeconds < 1 || capSeconds > maxCap {
 		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "The budget cap must be between 1 second and 7 days.")
 	}
-	ds, err := n.store.Upload("dataset", spec.Dataset)
+	account := api.AccountFrom(ctx)
+	ds, err := n.store.Upload(account, "dataset", spec.Dataset)
 	if err != nil {
 		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "Dataset %q was not uploaded to this node: upload it first (POST /api/datasets).", spec.Dataset)
 	}
-	sc, err := n.store.Upload("script", spec.Script)
+	sc, err := n.store.Upload(account, "script", spec.Script)
 	if err != nil {
 		return api.Job{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "Script %q was not uploaded to this node: upload it first (POST /api/scripts).", spec.Script)
 	}
@@ -89,13 +90,13 @@ func (n *Node) CreateJob(ctx context.Context, spec api.JobSpec) (api.Job, error)
 	}
 	id := newJobID()
 	runID := attemptID(id, 1)
-	hold, err := n.holdFor(context.WithoutCancel(ctx), runID, tier.Name, capSeconds)
+	hold, err := n.holdFor(context.WithoutCancel(ctx), runID, tier.Name, capSeconds, account)
 	if err != nil {
 		return api.Job{}, coordinatorError(err)
 	}
 	now := time.Now()
 	job := store.Job{
-		ID: id, Run: runID, Tier: tier.Name, Rate: hold.RatePaisePerHour, CapSeconds: capSeconds, MaxCharge: hold.Held, FailedRunsCharged: hold.FailedRunsCharged,
+		ID: id, Account: account, Run: runID, Tier: tier.Name, Rate: hold.RatePaisePerHour, CapSeconds: capSeconds, MaxCharge: hold.Held, FailedRunsCharged: hold.FailedRunsCharged,
 		Dataset: ds.Input, Script: sc.Input, Packages: pkgs, CreatedAt: now,
 	}
 	job.SetState(store.Queued, now)
@@ -136,8 +137,8 @@ func attemptID(job string, attempt int) string { return fmt.Sprintf("%s-r%d", jo
 // holdFor holds an attempt's maximum cost. The hold must not be orphaned
 // by a client that hangs up mid-request: ctx should not end with the
 // request, and anything short of a clear refusal is voided.
-func (n *Node) holdFor(ctx context.Context, runID, tier string, capSeconds int64) (*protocol.Settlement, error) {
-	hold, err := n.coord.Send(ctx, &protocol.HoldRequest{JobID: runID, Tier: tier, CapSeconds: capSeconds})
+func (n *Node) holdFor(ctx context.Context, runID, tier string, capSeconds int64, account string) (*protocol.Settlement, error) {
+	hold, err := n.coord.Send(ctx, &protocol.HoldRequest{JobID: runID, Tier: tier, CapSeconds: capSeconds, Account: account})
 	if err != nil {
 		var pe *protocol.Error
 		if !errors.As(err, &pe) {
@@ -162,7 +163,7 @@ func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
 			runID := attemptID(job.ID, attempt)
-			if _, err := n.holdFor(context.Background(), runID, job.Tier, job.CapSeconds); err != nil {
+			if _, err := n.holdFor(context.Background(), runID, job.Tier, job.CapSeconds, job.Account); err != nil {
 				n.finish(job.ID, store.Failed, nil, func(j *store.Job) {
 					j.Explanation = "The provider was lost, and a new attempt could not be paid for: " + sentence(coordinatorError(err))
 				})
@@ -796,7 +797,7 @@ func (n *Node) notice(id, line string) {
 // CancelJob stops a job. A queued job is released in full; a running one
 // is charged for the seconds it ran, and its provider stops at once.
 func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
-	job, err := n.job(id)
+	job, err := n.job(ctx, id)
 	if err != nil {
 		return api.Job{}, err
 	}
@@ -827,13 +828,13 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 		// its end notice to reach the coordinator.
 		time.AfterFunc(30*time.Second, run.cancel)
 	}
-	j, _ := n.job(id)
+	j, _ := n.job(ctx, id)
 	return n.view(j), nil
 }
 
 // Job returns one job.
 func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
-	j, err := n.job(id)
+	j, err := n.job(ctx, id)
 	if err != nil {
 		return api.Job{}, err
 	}
@@ -842,7 +843,7 @@ func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 
 // Jobs lists jobs, newest first.
 func (n *Node) Jobs(ctx context.Context, offset, limit int) (api.JobList, error) {
-	jobs, total, err := n.store.Jobs(offset, limit)
+	jobs, total, err := n.store.Jobs(api.AccountFrom(ctx), offset, limit)
 	if err != nil {
 		return api.JobList{}, err
 	}
@@ -909,7 +910,7 @@ func (n *Node) view(j store.Job) api.Job {
 // recoverJobs ends jobs a previous run of this node left unfinished: the
 // node no longer follows them, so their holds are voided.
 func (n *Node) recoverJobs() {
-	jobs, _, err := n.store.Jobs(0, 1<<30)
+	jobs, _, err := n.store.Jobs("*", 0, 1<<30)
 	if err != nil {
 		n.log.Error("listing jobs to recover", "err", err)
 		return

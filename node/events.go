@@ -56,7 +56,7 @@ func eventView(e store.Event) api.Event {
 // Events streams a job's logged events after `after`, then live ones,
 // until the job ends or ctx does.
 func (n *Node) Events(ctx context.Context, id string, after uint64) (<-chan api.Event, error) {
-	if _, err := n.job(id); err != nil {
+	if _, err := n.job(ctx, id); err != nil {
 		return nil, err
 	}
 	out := make(chan api.Event, 16)
@@ -122,7 +122,7 @@ func (n *Node) replay(ctx context.Context, id string, last *uint64, sub <-chan a
 
 // Logs returns a job's logged events.
 func (n *Node) Logs(ctx context.Context, id string) ([]api.Event, error) {
-	if _, err := n.job(id); err != nil {
+	if _, err := n.job(ctx, id); err != nil {
 		return nil, err
 	}
 	evs, err := n.store.Events(id, 0)
@@ -133,10 +133,12 @@ func (n *Node) Logs(ctx context.Context, id string) ([]api.Event, error) {
 	return out, err
 }
 
-func (n *Node) job(id string) (store.Job, error) {
+// job returns a job of the caller's account: another account's job is
+// as good as missing.
+func (n *Node) job(ctx context.Context, id string) (store.Job, error) {
 	j, err := n.store.Job(id)
-	if errors.Is(err, store.ErrNotFound) {
-		return j, api.NotFound(id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && j.Account != api.AccountFrom(ctx) {
+		return store.Job{}, api.NotFound(id)
 	}
 	return j, err
 }

@@ -24,7 +24,7 @@ func (n *Node) Model(ctx context.Context, id, format string) (*api.ModelFile, er
 	if format != "" && format != "zip" && format != "tar.gz" {
 		return nil, api.Errorf(http.StatusBadRequest, api.CodeBadRequest, "A model downloads as zip or tar.gz, not %q.", format)
 	}
-	j, err := n.job(id)
+	j, err := n.job(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -391,9 +391,9 @@ func (n *Node) Tiers(ctx context.Context) (api.Tiers, error) {
 	return out, nil
 }
 
-// Balance returns this node's account at the coordinator.
+// Balance returns the caller's account at the coordinator.
 func (n *Node) Balance(ctx context.Context) (api.Balance, error) {
-	b, err := n.coord.Balance(ctx)
+	b, err := n.coord.BalanceOf(ctx, api.AccountFrom(ctx))
 	if err != nil {
 		return api.Balance{}, coordinatorError(err)
 	}
@@ -414,7 +414,11 @@ func entryView(e protocol.LedgerEntry) api.LedgerEntry {
 
 // History returns this node's ledger entries from the coordinator.
 func (n *Node) History(ctx context.Context) ([]api.LedgerEntry, error) {
-	reply, err := n.coord.Call(ctx, &protocol.HistoryRequest{})
+	req := &protocol.HistoryRequest{}
+	if a := api.AccountFrom(ctx); a != "" {
+		req.Account = "buyer:" + n.ID().String() + "/" + a
+	}
+	reply, err := n.coord.Call(ctx, req)
 	if err != nil {
 		return nil, coordinatorError(err)
 	}
@@ -431,6 +435,9 @@ func (n *Node) History(ctx context.Context) ([]api.LedgerEntry, error) {
 
 // Payout pays this provider's earnings out.
 func (n *Node) Payout(ctx context.Context, amount int64, key string) (api.LedgerEntry, error) {
+	if err := ownerOnly(ctx); err != nil {
+		return api.LedgerEntry{}, err
+	}
 	if amount <= 0 {
 		return api.LedgerEntry{}, api.Errorf(http.StatusBadRequest, api.CodeInvalidInput, "A payout must be more than ₹0.")
 	}

@@ -39,7 +39,7 @@ func (n *Node) Estimate(ctx context.Context, tierName string, capSeconds int64) 
 		CapSeconds: capSeconds, MaxCharge: max(most, 1), MaxChargeDisplay: money.Format(max(most, 1)),
 		StartButton: "Start training " + money.FormatRate(tier.RatePaisePerHour),
 	}
-	b, err := n.coord.Balance(ctx)
+	b, err := n.coord.BalanceOf(ctx, api.AccountFrom(ctx))
 	if err != nil {
 		return api.Estimate{}, coordinatorError(err)
 	}
@@ -57,7 +57,7 @@ func (n *Node) Estimate(ctx context.Context, tierName string, capSeconds int64) 
 // RetryJob starts a finished job again, with any input in change put in
 // place of the old one.
 func (n *Node) RetryJob(ctx context.Context, id string, change api.JobSpec) (api.Job, error) {
-	old, err := n.job(id)
+	old, err := n.job(ctx, id)
 	if err != nil {
 		return api.Job{}, err
 	}

@@ -60,7 +60,7 @@ func (n *Node) UploadDataset(ctx context.Context, name string, r io.Reader) (api
 		return api.Dataset{}, fmt.Errorf("storing the dataset: %w", err)
 	}
 	in := store.Input{CID: c.String(), Name: name, Size: info.Size, Rows: info.Rows, Columns: info.Columns, Header: info.Header}
-	if err := n.store.PutUpload(store.Upload{Input: in, Kind: "dataset", At: time.Now()}); err != nil {
+	if err := n.store.PutUpload(store.Upload{Input: in, Account: api.AccountFrom(ctx), Kind: "dataset", At: time.Now()}); err != nil {
 		return api.Dataset{}, err
 	}
 	return api.Dataset{CID: in.CID, Name: name, Size: info.Size, Rows: info.Rows, Columns: info.Columns, Header: info.Header, Delimiter: info.Delimiter}, nil
@@ -90,7 +90,7 @@ func (n *Node) UploadScript(ctx context.Context, name string, r io.Reader) (api.
 		return api.Script{}, fmt.Errorf("storing the script: %w", err)
 	}
 	in := store.Input{CID: c.String(), Name: name, Size: int64(len(src))}
-	if err := n.store.PutUpload(store.Upload{Input: in, Kind: "script", At: time.Now()}); err != nil {
+	if err := n.store.PutUpload(store.Upload{Input: in, Account: api.AccountFrom(ctx), Kind: "script", At: time.Now()}); err != nil {
 		return api.Script{}, err
 	}
 	return api.Script{CID: in.CID, Name: name, Size: in.Size, MainFound: true, MainAsync: info.MainAsync, MainLine: info.MainLine}, nil

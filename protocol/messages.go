@@ -186,6 +186,9 @@ type HoldRequest struct {
 	JobID      string `json:"job"`
 	Tier       string `json:"tier"`
 	CapSeconds int64  `json:"cap_s"`
+	// Account names one of the signer's sub-accounts (a user of a hosted
+	// node); empty is the signer's own.
+	Account string `json:"account,omitempty"`
 }
 
 // StartNotice tells the coordinator a run begins now. It carries the
@@ -251,8 +254,11 @@ type Settlement struct {
 	FailedRunsCharged bool `json:"failed_runs_charged,omitempty"`
 }
 
-// BalanceRequest asks for the signer's own balance.
-type BalanceRequest struct{}
+// BalanceRequest asks for the signer's own balance, or one of its
+// sub-accounts'.
+type BalanceRequest struct {
+	Account string `json:"account,omitempty"`
+}
 
 // Balance is an account's money.
 type Balance struct {
@@ -302,8 +308,9 @@ type Posted struct {
 	Entry LedgerEntry `json:"entry"`
 }
 
-// HistoryRequest asks for the journal entries of the signer's accounts;
-// an operator may name any account, or "" for all.
+// HistoryRequest asks for the journal entries of the signer's accounts
+// (or of one of them, or of a sub-account: "buyer:PEER/NAME"); an
+// operator may name any account, or "" for all.
 type HistoryRequest struct {
 	Account string `json:"account,omitempty"`
 	Limit   int    `json:"limit,omitempty"`

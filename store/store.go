@@ -38,11 +38,12 @@ type Input struct {
 	Header  []string `json:"header,omitempty"`
 }
 
-// Upload is an input this node has checked and stored.
+// Upload is an input this node has checked and stored for an account.
 type Upload struct {
 	Input
-	Kind string    `json:"kind"` // "dataset" or "script"
-	At   time.Time `json:"at"`
+	Account string    `json:"account,omitempty"`
+	Kind    string    `json:"kind"` // "dataset" or "script"
+	At      time.Time `json:"at"`
 }
 
 // Transition is one state change.
@@ -83,7 +84,8 @@ type MatchTiming struct {
 // Job is one job as its buyer's node knows it.
 type Job struct {
 	ID         string       `json:"id"`
-	Run        string       `json:"run"` // the current attempt: its hold and contract carry this ID
+	Account    string       `json:"account,omitempty"` // whose job, on a node with many users; "" is the owner
+	Run        string       `json:"run"`               // the current attempt: its hold and contract carry this ID
 	Tier       string       `json:"tier"`
 	State      string       `json:"state"`
 	Rate       int64        `json:"rate"` // paise per hour
@@ -157,6 +159,7 @@ var (
 	bucketEvents  = []byte("events")
 	bucketUploads = []byte("uploads")
 	bucketTokens  = []byte("tokens")
+	bucketAccts   = []byte("accounts")
 )
 
 // Store is an open node database.
@@ -172,7 +175,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketJobs, bucketOrder, bucketEvents, bucketUploads, bucketTokens} {
+		for _, b := range [][]byte{bucketJobs, bucketOrder, bucketEvents, bucketUploads, bucketTokens, bucketAccts} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -250,21 +253,25 @@ func (s *Store) Job(id string) (Job, error) {
 	return j, err
 }
 
-// Jobs returns up to limit jobs, newest first, skipping offset.
-func (s *Store) Jobs(offset, limit int) ([]Job, int, error) {
+// Jobs returns up to limit of an account's jobs, newest first, skipping
+// offset; all accounts' when account is "*".
+func (s *Store) Jobs(account string, offset, limit int) ([]Job, int, error) {
 	var out []Job
 	total := 0
 	err := s.db.View(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(bucketJobs)
 		c := tx.Bucket(bucketOrder).Cursor()
 		for k, id := c.Last(); k != nil; k, id = c.Prev() {
-			total++
-			if total <= offset || len(out) >= limit {
-				continue
-			}
 			var j Job
 			if err := json.Unmarshal(jobs.Get(id), &j); err != nil {
 				return err
+			}
+			if account != "*" && j.Account != account {
+				continue
+			}
+			total++
+			if total <= offset || len(out) >= limit {
+				continue
 			}
 			out = append(out, j)
 		}
@@ -325,15 +332,15 @@ func (s *Store) Events(id string, after uint64) ([]Event, error) {
 // PutUpload records a checked input.
 func (s *Store) PutUpload(u Upload) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		return putJSON(tx.Bucket(bucketUploads), []byte(u.Kind+"/"+u.CID), u)
+		return putJSON(tx.Bucket(bucketUploads), []byte(u.Account+"/"+u.Kind+"/"+u.CID), u)
 	})
 }
 
-// Upload returns a recorded input of a kind.
-func (s *Store) Upload(kind, cid string) (Upload, error) {
+// Upload returns an input of a kind that an account uploaded.
+func (s *Store) Upload(account, kind, cid string) (Upload, error) {
 	var u Upload
 	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketUploads).Get([]byte(kind + "/" + cid))
+		v := tx.Bucket(bucketUploads).Get([]byte(account + "/" + kind + "/" + cid))
 		if v == nil {
 			return ErrNotFound
 		}
@@ -380,6 +387,7 @@ func orderKey(j Job) []byte {
 type Token struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
+	Account   string    `json:"account,omitempty"`
 	Hash      string    `json:"hash"` // hex SHA-256 of the secret
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -414,4 +422,37 @@ func (s *Store) DeleteToken(id string) error {
 		}
 		return b.Delete([]byte(id))
 	})
+}
+
+// Account is a user of a node that serves many.
+type Account struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateAccount stores a new account; an existing name is an error.
+func (s *Store) CreateAccount(a Account) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccts)
+		if b.Get([]byte(a.Name)) != nil {
+			return fmt.Errorf("account %q already exists", a.Name)
+		}
+		return putJSON(b, []byte(a.Name), a)
+	})
+}
+
+// Accounts lists the accounts.
+func (s *Store) Accounts() ([]Account, error) {
+	var out []Account
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAccts).ForEach(func(_, v []byte) error {
+			var a Account
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			out = append(out, a)
+			return nil
+		})
+	})
+	return out, err
 }
