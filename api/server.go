@@ -128,6 +128,13 @@ func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
 		if !ok {
 			s.mu.Lock()
 			if f = s.failures[addr]; f == nil {
+				if len(s.failures) > 1000 {
+					for a, old := range s.failures { // forget spells long over
+						if time.Since(old.since) > authFailureSpell {
+							delete(s.failures, a)
+						}
+					}
+				}
 				f = &failures{since: time.Now()}
 				s.failures[addr] = f
 			}
@@ -331,13 +338,13 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 // Last-Event-ID (or ?after=N) gets everything after that event.
 func (s *server) events(w http.ResponseWriter, r *http.Request) {
 	after := uint64(0)
-	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
-		if v == "" {
+	for _, p := range []struct{ name, v string }{{"Last-Event-ID", r.Header.Get("Last-Event-ID")}, {"after", r.URL.Query().Get("after")}} {
+		if p.v == "" {
 			continue
 		}
-		n, err := strconv.ParseUint(v, 10, 64)
+		n, err := strconv.ParseUint(p.v, 10, 64)
 		if err != nil {
-			writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "Last-Event-ID must be an event number, not %q.", v))
+			writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "%s must be an event number, not %q.", p.name, p.v))
 			return
 		}
 		after = n

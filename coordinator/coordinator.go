@@ -90,6 +90,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// unstartedHoldTTL is how long a hold may wait for its run to start
+// before it is taken as abandoned.
+const unstartedHoldTTL = 24 * time.Hour
+
 // DefaultProviderLost is three missed heartbeats and a little more.
 const DefaultProviderLost = 20 * time.Second
 
@@ -226,15 +230,31 @@ func (c *Coordinator) sweep(ctx context.Context) {
 			c.log.Error("listing open holds", "err", err)
 			continue
 		}
+		open := map[string]bool{}
 		for _, h := range holds {
-			if h.StartedAt == 0 || c.alive(h.Job) {
-				continue
-			}
-			if _, err := c.Ledger.Release(h.Job, "the provider was lost: not charged"); err == nil {
-				c.log.Warn("provider lost", "job", h.Job, "provider", h.Provider)
-				c.forget(h.Job)
+			open[h.Job] = true
+			switch {
+			case h.StartedAt == 0 && h.PlacedAt != 0 && c.now().Sub(time.UnixMilli(h.PlacedAt)) > unstartedHoldTTL:
+				// Abandoned: the buyer that held it never started it and
+				// never let it go.
+				if _, err := c.Ledger.Release(h.Job, "held for a day without starting: released"); err == nil {
+					c.log.Warn("unstarted hold released", "job", h.Job)
+				}
+			case h.StartedAt == 0 || c.alive(h.Job):
+			default:
+				if _, err := c.Ledger.Release(h.Job, "the provider was lost: not charged"); err == nil {
+					c.log.Warn("provider lost", "job", h.Job, "provider", h.Provider)
+					c.forget(h.Job)
+				}
 			}
 		}
+		c.mu.Lock()
+		for job := range c.heartbeat {
+			if !open[job] {
+				delete(c.heartbeat, job) // a beat that came in as the run ended
+			}
+		}
+		c.mu.Unlock()
 	}
 }
 
@@ -499,9 +519,14 @@ func (c *Coordinator) cancel(m *protocol.CancelNotice, buyer peer.ID) (protocol.
 	if h.State != ledger.Held {
 		return settlement(h), nil
 	}
-	if h.StartedAt == 0 {
+	switch {
+	case h.StartedAt == 0:
 		h, err = c.Ledger.Release(m.JobID, "cancelled before it started")
-	} else {
+	case !c.alive(m.JobID):
+		// The provider had already gone silent: it is not paid, and the
+		// buyer is not charged, for a run that was lost anyway.
+		h, err = c.Ledger.Release(m.JobID, "the provider was lost: not charged")
+	default:
 		h, err = c.Ledger.Settle(m.JobID, c.meteredSeconds(h), c.card.FeeBasisPoints, "cancelled by the buyer")
 	}
 	if err != nil {

@@ -70,6 +70,7 @@ type Hold struct {
 	// fails is then charged like any other.
 	ChargeFailures bool   `json:"charge_failures,omitempty"`
 	State          string `json:"state"`
+	PlacedAt       int64  `json:"placed_at,omitempty"` // Unix ms
 	Provider       string `json:"provider,omitempty"`
 	StartedAt      int64  `json:"started_at,omitempty"` // Unix ms, coordinator's clock
 	EndedAt        int64  `json:"ended_at,omitempty"`
@@ -303,6 +304,7 @@ func (l *Ledger) PlaceHold(h Hold) (Hold, error) {
 			return ErrInsufficientFunds
 		}
 		h.ChargeFailures = l.allowanceLeft(tx, h.Buyer) <= 0
+		h.PlacedAt = l.now().UnixMilli()
 		if _, err := l.post(tx, Entry{Kind: KindHold, Key: "hold/" + h.Job, Job: h.Job, Reason: "held for the budget cap",
 			Legs: []Leg{{Buyer(h.Buyer), -h.Amount}, {Escrow(h.Job), h.Amount}}}); err != nil {
 			return err
@@ -403,24 +405,27 @@ func (l *Ledger) SettleFailure(job string, seconds, feeBasisPoints int64, reason
 		if err != nil {
 			return err
 		}
+		// A local: under group commit this function can run again, and
+		// must not grow the reason twice.
+		why := reason
 		if h.ChargeFailures {
 			legs := []Leg{{Escrow(job), -h.Amount}, {Buyer(h.Buyer), h.Amount - charged}, {Provider(h.Provider), charged - fee}, {Platform, fee}}
-			reason += "; charged: the failed-run allowance was used up"
-			if _, err := l.post(tx, Entry{Kind: KindSettle, Key: "end/" + job, Job: job, Reason: reason, Legs: legs}); err != nil {
+			why += "; charged: the failed-run allowance was used up"
+			if _, err := l.post(tx, Entry{Kind: KindSettle, Key: "end/" + job, Job: job, Reason: why, Legs: legs}); err != nil {
 				return err
 			}
 			h.Charged, h.Fee = charged, fee
 		} else {
 			legs := []Leg{{Escrow(job), -h.Amount}, {Buyer(h.Buyer), h.Amount}, {Platform, -(charged - fee)}, {Provider(h.Provider), charged - fee}}
-			reason += "; not charged: the platform paid the provider"
-			if _, err := l.post(tx, Entry{Kind: KindSettleFailure, Key: "end/" + job, Job: job, Reason: reason, Legs: legs}); err != nil {
+			why += "; not charged: the platform paid the provider"
+			if _, err := l.post(tx, Entry{Kind: KindSettleFailure, Key: "end/" + job, Job: job, Reason: why, Legs: legs}); err != nil {
 				return err
 			}
 			if err := l.useAllowance(tx, h.Buyer, secs); err != nil {
 				return err
 			}
 		}
-		h.State, h.Seconds, h.ProviderPaid, h.Reason = Settled, secs, charged-fee, reason
+		h.State, h.Seconds, h.ProviderPaid, h.Reason = Settled, secs, charged-fee, why
 		h.EndedAt = l.now().UnixMilli()
 		return nil
 	})

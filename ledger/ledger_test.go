@@ -406,3 +406,30 @@ func TestConcurrentHoldsNeverOverdraw(t *testing.T) {
 	}
 	verify(t, l)
 }
+
+// TestGroupCommitRetriesChangeNothingTwice: under group commit bbolt
+// re-runs the batched functions when one of them fails; a failure's
+// reason must still be written once.
+func TestGroupCommitRetriesChangeNothingTwice(t *testing.T) {
+	l := open(t, &Options{GroupCommit: true, NoSync: true})
+	l.Credit("c", Buyer("b"), 1_000_000, "")
+	for i := 0; i < 40; i++ {
+		job := fmt.Sprintf("j%d", i)
+		l.PlaceHold(Hold{Job: job, Buyer: "b", Rate: 3600, CapSeconds: 100, Amount: 100})
+		l.MarkStarted(job, "p", time.Now())
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 40; i++ {
+		wg.Add(2)
+		go func(i int) { defer wg.Done(); l.SettleFailure(fmt.Sprintf("j%d", i), 10, 1000, "failed") }(i)
+		go func(i int) { defer wg.Done(); l.Release(fmt.Sprintf("missing%d", i), "x") }(i) // fails, forcing retries
+	}
+	wg.Wait()
+	for i := 0; i < 40; i++ {
+		h, _ := l.Hold(fmt.Sprintf("j%d", i))
+		if strings.Count(h.Reason, "not charged") != 1 {
+			t.Fatalf("reason %q", h.Reason)
+		}
+	}
+	verify(t, l)
+}

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -132,7 +134,12 @@ const maxAttempts = 3
 // attemptID names one attempt at a job: the coordinator holds funds, and
 // providers run contracts, per attempt, so a lost attempt is voided on
 // its own and the job goes on.
-func attemptID(job string, attempt int) string { return fmt.Sprintf("%s-r%d", job, attempt) }
+func attemptID(job string, attempt int) string {
+	// Unguessable, so no one can hold the next attempt's ID first.
+	b := make([]byte, 4)
+	rand.Read(b)
+	return fmt.Sprintf("%s-r%d-%s", job, attempt, hex.EncodeToString(b))
+}
 
 // holdFor holds an attempt's maximum cost. The hold must not be orphaned
 // by a client that hangs up mid-request: ctx should not end with the
@@ -206,11 +213,11 @@ func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
 		lost[sess.provider] = true
 		if attempt == maxAttempts {
 			n.finish(job.ID, store.Failed, nil, func(j *store.Job) {
-				j.Explanation = fmt.Sprintf("%d providers in a row were lost while running this job. Nothing was charged for them; retry the job later.", maxAttempts)
+				j.Explanation = fmt.Sprintf("%d attempts in a row ended without the job running (providers were lost or could not run it). Nothing was charged for them; retry the job later.", maxAttempts)
 			})
 			return
 		}
-		n.notice(job.ID, fmt.Sprintf("Provider %s was lost mid-run; that attempt was voided (not charged). Matching again.", shortPeer(sess.provider)))
+		n.notice(job.ID, fmt.Sprintf("The attempt on provider %s ended without running the job (the provider was lost or could not run it); it was voided, not charged. Matching again.", shortPeer(sess.provider)))
 	}
 	// follow ends a job in every way the provider tells of; what remains is
 	// a cancel whose provider never answered.
@@ -655,7 +662,7 @@ func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) (rematch 
 		})
 	default:
 		n.finish(job.ID, store.Failed, nil, func(j *store.Job) {
-			j.Explanation = "The provider running your job stopped answering, and the coordinator has not yet settled it. Check the charge later with gaas job show."
+			j.Explanation = "The provider running your job stopped answering, and the coordinator had not yet settled it; gaas job show asks it again."
 		})
 	}
 	return false
@@ -667,7 +674,8 @@ func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) (rematch 
 func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished, stderr []string, last *store.Telemetry) (rematch bool) {
 	switch m.Outcome {
 	case protocol.OutcomeCompleted:
-		model, err := n.fetchModel(ctx, m)
+		// The run is paid for: a cancel arriving now must not stop the download.
+		model, err := n.fetchModel(n.ctx, m)
 		set := n.awaitSettlement(job.Run)
 		if err != nil {
 			n.finish(job.ID, store.Failed, set, func(j *store.Job) {
@@ -832,11 +840,25 @@ func (n *Node) CancelJob(ctx context.Context, id string) (api.Job, error) {
 	return n.view(j), nil
 }
 
-// Job returns one job.
+// Job returns one job. A finished job whose settlement was not known
+// yet asks the coordinator again.
 func (n *Node) Job(ctx context.Context, id string) (api.Job, error) {
 	j, err := n.job(ctx, id)
 	if err != nil {
 		return api.Job{}, err
+	}
+	if store.Terminal(j.State) && !j.Settled && j.Run != "" {
+		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		set, err := n.coord.Settlement(qctx, j.Run)
+		cancel()
+		if err == nil && set.State != protocol.HoldHeld {
+			if updated, _, err := n.store.UpdateJob(id, func(j *store.Job) error {
+				j.Settled, j.Charged, j.Seconds, j.SettleReason = true, set.Charged, set.Seconds, set.Reason
+				return nil
+			}); err == nil {
+				j = updated
+			}
+		}
 	}
 	return n.view(j), nil
 }

@@ -454,8 +454,20 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 		return &protocol.Finished{Outcome: protocol.OutcomeFailed, Cause: protocol.CausePackages, ExitCode: res.ExitCode, Reason: "pip could not install the packages: " + res.Reason()}, false
 	}
 
-	if _, err := n.coord.Send(ctx, &protocol.StartNotice{JobID: ct.JobID, Accept: acceptEnv, Commit: commitEnv}); err != nil {
-		return aborted(protocol.CauseRefused, "the coordinator would not start the meter: %v", err)
+	// A lost answer is retried: a repeated start notice changes nothing.
+	var startErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		if _, startErr = n.coord.Send(ctx, &protocol.StartNotice{JobID: ct.JobID, Accept: acceptEnv, Commit: commitEnv}); startErr == nil {
+			break
+		}
+		var pe *protocol.Error
+		if errors.As(startErr, &pe) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 300 * time.Millisecond)
+	}
+	if startErr != nil {
+		return aborted(protocol.CauseRefused, "the coordinator would not start the meter: %v", startErr)
 	}
 	metered = true
 	started := time.Now()
@@ -486,7 +498,16 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 	go func() { // heartbeats for the coordinator's meter
 		defer side.Done()
 		every(runCtx, n.heartbeatEvery(), func() {
-			if _, err := n.coord.Send(runCtx, &protocol.Heartbeat{JobID: ct.JobID}); err != nil && runCtx.Err() == nil {
+			set, err := n.coord.Send(runCtx, &protocol.Heartbeat{JobID: ct.JobID})
+			var pe *protocol.Error
+			switch {
+			case runCtx.Err() != nil:
+			case err == nil && set.State != protocol.HoldHeld, errors.As(err, &pe):
+				// The coordinator has voided the run (it stopped hearing
+				// us): working on would be unpaid.
+				n.log.Warn("run voided by the coordinator; stopping", "job", ct.JobID)
+				stop()
+			case err != nil:
 				n.log.Warn("heartbeat", "job", ct.JobID, "err", err)
 			}
 		})
