@@ -529,20 +529,14 @@ func (l *Ledger) Holds() ([]Hold, error) {
 
 // OpenHolds returns the holds not yet resolved.
 func (l *Ledger) OpenHolds() ([]Hold, error) {
-	var out []Hold
-	err := l.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketHolds).ForEach(func(_, v []byte) error {
-			var h Hold
-			if err := json.Unmarshal(v, &h); err != nil {
-				return err
-			}
-			if h.State == Held {
-				out = append(out, h)
-			}
-			return nil
-		})
-	})
-	return out, err
+	all, err := l.Holds()
+	open := all[:0]
+	for _, h := range all {
+		if h.State == Held {
+			open = append(open, h)
+		}
+	}
+	return open, err
 }
 
 // Journal returns every entry in order.

@@ -31,33 +31,25 @@ var DefaultLimits = Limits{
 	OutputBytes: 16 << 20,
 }
 
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits
+func (l Limits) withDefaults() Limits { return l.over(DefaultLimits) }
+
+// over is base with every limit l sets put in its place.
+func (l Limits) over(base Limits) Limits {
 	if l.Wall > 0 {
-		d.Wall = l.Wall
+		base.Wall = l.Wall
 	}
-	if l.MemoryBytes > 0 {
-		d.MemoryBytes = l.MemoryBytes
-	}
-	if l.Processes > 0 {
-		d.Processes = l.Processes
+	for _, v := range []struct{ dst, src *int64 }{
+		{&base.MemoryBytes, &l.MemoryBytes}, {&base.Processes, &l.Processes}, {&base.DiskBytes, &l.DiskBytes},
+		{&base.Files, &l.Files}, {&base.TmpBytes, &l.TmpBytes}, {&base.OutputBytes, &l.OutputBytes},
+	} {
+		if *v.src > 0 {
+			*v.dst = *v.src
+		}
 	}
 	if l.OpenFiles > 0 {
-		d.OpenFiles = l.OpenFiles
+		base.OpenFiles = l.OpenFiles
 	}
-	if l.DiskBytes > 0 {
-		d.DiskBytes = l.DiskBytes
-	}
-	if l.Files > 0 {
-		d.Files = l.Files
-	}
-	if l.TmpBytes > 0 {
-		d.TmpBytes = l.TmpBytes
-	}
-	if l.OutputBytes > 0 {
-		d.OutputBytes = l.OutputBytes
-	}
-	return d
+	return base
 }
 
 // Enforcement says how each limit is enforced on this machine, or why it

@@ -253,24 +253,8 @@ func (s *Sandbox) Run(ctx context.Context, spec Spec) (Result, error) {
 	return s.exec(ctx, run{args: args, lim: lim, output: spec.Output, fd3: runnerPy, diskDir: spec.Dir})
 }
 
-func (s *Sandbox) limits(job Limits) Limits {
-	l := s.Limits.withDefaults()
-	if job.Wall > 0 {
-		l.Wall = job.Wall
-	}
-	for _, v := range []struct {
-		dst *int64
-		src int64
-	}{{&l.MemoryBytes, job.MemoryBytes}, {&l.Processes, job.Processes}, {&l.DiskBytes, job.DiskBytes}, {&l.Files, job.Files}, {&l.TmpBytes, job.TmpBytes}, {&l.OutputBytes, job.OutputBytes}} {
-		if v.src > 0 {
-			*v.dst = v.src
-		}
-	}
-	if job.OpenFiles > 0 {
-		l.OpenFiles = job.OpenFiles
-	}
-	return l
-}
+// limits are a job's limits over the provider's, over the defaults.
+func (s *Sandbox) limits(job Limits) Limits { return job.over(s.Limits.withDefaults()) }
 
 // run is one bubblewrap invocation.
 type run struct {
