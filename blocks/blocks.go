@@ -241,9 +241,3 @@ func (s *Store) Export(ctx context.Context, root cid.Cid, path string) error {
 	}
 	return nil
 }
-
-// Has reports whether the root block is local.
-func (s *Store) Has(ctx context.Context, c cid.Cid) bool {
-	ok, err := s.bs.Has(ctx, c)
-	return err == nil && ok
-}

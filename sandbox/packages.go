@@ -96,11 +96,3 @@ func (s *Sandbox) Install(ctx context.Context, packages []string, output func(st
 	}
 	return env, res, nil
 }
-
-// RemoveEnvs deletes every cached environment.
-func (s *Sandbox) RemoveEnvs() error {
-	if s.EnvDir == "" {
-		return errors.New("no environment cache is set")
-	}
-	return os.RemoveAll(s.EnvDir)
-}
