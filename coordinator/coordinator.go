@@ -369,6 +369,18 @@ func (c *Coordinator) answer(m protocol.Message, signer peer.ID) (protocol.Messa
 		return c.cancel(m, signer)
 	case *protocol.AbortNotice:
 		return c.abort(m, signer)
+	case *protocol.ReceiptNotice:
+		h, err := c.holdOf(m.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if ownerOf(h.Buyer) != signer.String() {
+			return nil, refuse(protocol.CodeForbidden, "Only the job's buyer may say its run ended.")
+		}
+		if h, err = c.Ledger.MarkStopped(m.JobID, c.now()); err != nil {
+			return nil, err
+		}
+		return settlement(h), nil
 	case *protocol.Heartbeat:
 		h, err := c.holdOf(m.JobID)
 		if err != nil {
@@ -471,8 +483,11 @@ func (c *Coordinator) start(m *protocol.StartNotice, provider peer.ID) (protocol
 // meteredSeconds is the coordinator's own measure of a run: whole seconds
 // since the start notice, at least one once a run has started.
 func (c *Coordinator) meteredSeconds(h ledger.Hold) int64 {
-	ms := c.now().UnixMilli() - h.StartedAt
-	return max(1, ms/1000)
+	end := c.now().UnixMilli()
+	if h.StoppedAt != 0 && h.StoppedAt < end {
+		end = h.StoppedAt // the buyer heard the run end first
+	}
+	return max(1, (end-h.StartedAt)/1000)
 }
 
 func (c *Coordinator) end(m *protocol.EndNotice, provider peer.ID) (protocol.Message, error) {

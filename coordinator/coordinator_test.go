@@ -238,3 +238,27 @@ func TestLoadRateCard(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiptStopsTheMeter: a provider that sends its end notice late
+// cannot bill past the moment the buyer heard the run had ended.
+func TestReceiptStopsTheMeter(t *testing.T) {
+	c, buyer, provider, other := start(t, time.Minute)
+	ctx := context.Background()
+	accept := contract(t, c, buyer, provider, "j-1", 3600)
+	commit := seal(t, buyer.key, &protocol.Commit{JobID: "j-1", Provider: provider.id})
+	if _, err := provider.Send(ctx, &protocol.StartNotice{JobID: "j-1", Accept: accept, Commit: commit}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := other.Send(ctx, &protocol.ReceiptNotice{JobID: "j-1"}); code(err) != protocol.CodeForbidden {
+		t.Fatalf("a receipt from another peer: %v", err)
+	}
+	if _, err := buyer.Send(ctx, &protocol.ReceiptNotice{JobID: "j-1"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond) // the provider dawdles
+	set, err := provider.Send(ctx, &protocol.EndNotice{JobID: "j-1", Outcome: protocol.OutcomeCompleted})
+	if err != nil || set.Seconds != 1 {
+		t.Fatalf("billed %d s (%v); the buyer heard the end after 1 s", set.Seconds, err)
+	}
+}

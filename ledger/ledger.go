@@ -73,6 +73,7 @@ type Hold struct {
 	PlacedAt       int64  `json:"placed_at,omitempty"` // Unix ms
 	Provider       string `json:"provider,omitempty"`
 	StartedAt      int64  `json:"started_at,omitempty"` // Unix ms, coordinator's clock
+	StoppedAt      int64  `json:"stopped_at,omitempty"` // the buyer's receipt of the end, if it came first
 	EndedAt        int64  `json:"ended_at,omitempty"`
 	Seconds        int64  `json:"seconds,omitempty"`
 	Charged        int64  `json:"charged,omitempty"`
@@ -343,6 +344,18 @@ func (l *Ledger) MarkStarted(job, provider string, at time.Time) (Hold, error) {
 			return nil
 		}
 		h.Provider, h.StartedAt = provider, at.UnixMilli()
+		return nil
+	})
+}
+
+// MarkStopped records when the buyer heard the run had ended; the meter
+// counts no further, whenever the provider's end notice comes. Only the
+// first receipt counts.
+func (l *Ledger) MarkStopped(job string, at time.Time) (Hold, error) {
+	return l.updateHold(job, func(tx *bolt.Tx, h *Hold) error {
+		if h.State == Held && h.StartedAt != 0 && h.StoppedAt == 0 {
+			h.StoppedAt = at.UnixMilli()
+		}
 		return nil
 	})
 }

@@ -672,6 +672,9 @@ func (n *Node) providerLost(job store.Job, run *buyerRun, cause error) (rematch 
 // true when the provider could not run it and the job should be matched
 // again.
 func (n *Node) finished(ctx context.Context, job store.Job, m *protocol.Finished, stderr []string, last *store.Telemetry) (rematch bool) {
+	// The meter stops now, even if the provider is slow to tell the
+	// coordinator itself.
+	n.coord.Send(n.ctx, &protocol.ReceiptNotice{JobID: job.Run})
 	switch m.Outcome {
 	case protocol.OutcomeCompleted:
 		// The run is paid for: a cancel arriving now must not stop the download.

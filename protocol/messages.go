@@ -219,6 +219,13 @@ type CancelNotice struct {
 	JobID string `json:"job"`
 }
 
+// ReceiptNotice is the buyer's signed word that its provider has told it
+// the run ended: the meter stops there, whenever the provider's own end
+// notice comes.
+type ReceiptNotice struct {
+	JobID string `json:"job"`
+}
+
 // AbortNotice is the buyer's report that its provider vanished before the
 // run ended; the coordinator voids the hold if no end notice came.
 type AbortNotice struct {
@@ -377,6 +384,7 @@ func (StartNotice) Kind() string       { return "start_notice" }
 func (EndNotice) Kind() string         { return "end_notice" }
 func (CancelNotice) Kind() string      { return "cancel_notice" }
 func (AbortNotice) Kind() string       { return "abort_notice" }
+func (ReceiptNotice) Kind() string     { return "receipt_notice" }
 func (SettlementRequest) Kind() string { return "settlement_request" }
 func (Settlement) Kind() string        { return "settlement" }
 func (BalanceRequest) Kind() string    { return "balance_request" }
@@ -431,6 +439,8 @@ func newMessage(kind string) (Message, bool) {
 		return &CancelNotice{}, true
 	case "abort_notice":
 		return &AbortNotice{}, true
+	case "receipt_notice":
+		return &ReceiptNotice{}, true
 	case "settlement_request":
 		return &SettlementRequest{}, true
 	case "settlement":
