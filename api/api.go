@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -88,6 +89,16 @@ const (
 	CodeTooLarge          = "too_large"
 	CodeInternal          = "internal"
 )
+
+// Sentence is an error as a person should read it: an API error's own
+// sentence, or the error's text.
+func Sentence(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
+}
 
 // NotFound is the error for an unknown job.
 func NotFound(id string) *Error {

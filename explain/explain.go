@@ -6,6 +6,7 @@ package explain
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,7 +94,7 @@ func Sentence(f Failure) string {
 	switch {
 	case short == "KeyError" && keyQuoted.MatchString(msg) && len(f.Header) > 0:
 		col := keyQuoted.FindStringSubmatch(msg)[1]
-		if !contains(f.Header, col) {
+		if !slices.Contains(f.Header, col) {
 			return fmt.Sprintf("Your script asked for a column named '%s', but the dataset's columns are: %s.", col, strings.Join(f.Header, ", "))
 		}
 	case short == "ModuleNotFoundError" || short == "ImportError" && modName.MatchString(msg):
@@ -124,15 +125,6 @@ func Sentence(f Failure) string {
 		return fmt.Sprintf("The job failed: %s.", f.Reason)
 	}
 	return "The job failed without an error message."
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func baseName(p string) string { return p[strings.LastIndex(p, "/")+1:] }

@@ -1,7 +1,6 @@
 package inputs
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/trisparc/gaas/internal/testcsv"
 )
 
 // BenchmarkInspectCSV checks a large CSV streamed from disk, reporting
@@ -21,15 +22,11 @@ func BenchmarkInspectCSV(b *testing.B) {
 		fmt.Sscan(v, &mb)
 	}
 	path := filepath.Join(b.TempDir(), "big.csv")
-	f, _ := os.Create(path)
-	w := bufio.NewWriterSize(f, 1<<20)
-	fmt.Fprintln(w, "id,age,income,city,score,label")
-	for i := 0; w.Buffered()+int(mustSize(f)) < mb<<20; i++ {
-		fmt.Fprintf(w, "%d,%d,%d.%02d,\"Pune, MH\",%d.%d,%d\n", i, 18+i%60, 20000+i%90000, i%100, i%1000, i%10, i%2)
+	written, err := testcsv.Write(path, mb<<20)
+	if err != nil {
+		b.Fatal(err)
 	}
-	w.Flush()
-	f.Close()
-	size := float64(mustSize2(path))
+	size := float64(written)
 
 	var plain, inspect time.Duration
 	var peak uint64
@@ -49,7 +46,7 @@ func BenchmarkInspectCSV(b *testing.B) {
 		ds, err := InspectCSV(f, 1<<40)
 		inspect += time.Since(start)
 		f.Close()
-		if err != nil || ds.Columns != 6 {
+		if err != nil || ds.Columns != testcsv.Columns {
 			b.Fatalf("%+v %v", ds, err)
 		}
 		var after runtime.MemStats
@@ -62,7 +59,3 @@ func BenchmarkInspectCSV(b *testing.B) {
 	b.ReportMetric(plain.Seconds()/inspect.Seconds(), "inspect/plain")
 	b.ReportMetric(float64(peak)/(1<<20), "heap-MiB")
 }
-
-func mustSize(f *os.File) int64 { fi, _ := f.Stat(); return fi.Size() }
-
-func mustSize2(p string) int64 { fi, _ := os.Stat(p); return fi.Size() }

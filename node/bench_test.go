@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trisparc/gaas/api"
+	"github.com/trisparc/gaas/internal/testcsv"
 )
 
 // BenchmarkUploadDataset uploads a large CSV through a real node's API
@@ -29,16 +29,10 @@ func BenchmarkUploadDataset(b *testing.B) {
 		fmt.Sscan(v, &mb)
 	}
 	path := filepath.Join(b.TempDir(), "big.csv")
-	f, _ := os.Create(path)
-	w := bufio.NewWriterSize(f, 1<<20)
-	fmt.Fprintln(w, "id,age,income,city,score,label")
-	written := 0
-	for i := 0; written < mb<<20; i++ {
-		n, _ := fmt.Fprintf(w, "%d,%d,%d.%02d,Pune,%d.%d,%d\n", i, 18+i%60, 20000+i%90000, i%100, i%1000, i%10, i%2)
-		written += n
+	written, err := testcsv.Write(path, mb<<20)
+	if err != nil {
+		b.Fatal(err)
 	}
-	w.Flush()
-	f.Close()
 	size := float64(written) / 1e6
 
 	n, _ := startBuyer(b)
@@ -88,7 +82,7 @@ func BenchmarkUploadDataset(b *testing.B) {
 		ds, err := c.UploadDataset(context.Background(), "big.csv", f)
 		upload += time.Since(start)
 		f.Close()
-		if err != nil || ds.Columns != 6 {
+		if err != nil || ds.Columns != testcsv.Columns {
 			b.Fatalf("%+v %v", ds, err)
 		}
 	}

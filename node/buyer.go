@@ -172,7 +172,7 @@ func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
 			runID := attemptID(job.ID, attempt)
 			if _, err := n.holdFor(context.Background(), runID, job.Tier, job.CapSeconds, job.Account); err != nil {
 				n.finish(job.ID, store.Failed, nil, func(j *store.Job) {
-					j.Explanation = "The provider was lost, and a new attempt could not be paid for: " + sentence(coordinatorError(err))
+					j.Explanation = "The provider was lost, and a new attempt could not be paid for: " + api.Sentence(coordinatorError(err))
 				})
 				return
 			}
@@ -234,14 +234,6 @@ func (n *Node) runJob(ctx context.Context, run *buyerRun, job store.Job) {
 			}
 		})
 	}
-}
-
-func sentence(err error) string {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		return ae.Message
-	}
-	return err.Error()
 }
 
 func (r *buyerRun) setRun(id string) {

@@ -234,11 +234,12 @@ func loadToken(dir string) (string, error) {
 	return token, nil
 }
 
+// pythonPath is the Python that checks scripts: the one jobs run with.
 func pythonPath() string {
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		return "/usr/bin/python3"
+	if p, err := sandbox.FindPython(); err == nil {
+		return p
 	}
-	return "python3"
+	return "python3" // the check then says plainly that it is missing
 }
 
 func (n *Node) serveAPI() error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,21 +92,12 @@ func findHierarchy(mountinfo, proccgroup io.Reader, controllers func(dir string)
 	if mnt2 != "" {
 		dir := filepath.Join(mnt2, own2)
 		have := strings.Fields(controllers(dir))
-		if contains(have, "memory") && contains(have, "pids") {
+		if slices.Contains(have, "memory") && slices.Contains(have, "pids") {
 			return &hierarchy{version: 2, dirs: map[string]string{"": dir}}, nil
 		}
 		return nil, fmt.Errorf("cgroup v2 at %s offers the controllers %q, not memory and pids", dir, have)
 	}
 	return nil, errors.New("no cgroup hierarchy with the memory and pids controllers is mounted")
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // detectHierarchy finds the hierarchy of this machine and checks that a

@@ -85,11 +85,9 @@ func New(ctx context.Context) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: bubblewrap (bwrap) is not installed; install it with: sudo apt-get install bubblewrap", ErrUnavailable)
 	}
-	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		if python, err = exec.LookPath("python3"); err != nil {
-			return nil, fmt.Errorf("%w: python3 is not installed; install it with: sudo apt-get install python3", ErrUnavailable)
-		}
+	python, err := FindPython()
+	if err != nil {
+		return nil, fmt.Errorf("%w: python3 is not installed; install it with: sudo apt-get install python3", ErrUnavailable)
 	}
 	s := &Sandbox{bwrap: bwrap, python: python}
 	out, err := exec.CommandContext(ctx, python, "-I", "-c", "import sys; print(sys.base_prefix); print(sys.version.split()[0])").Output()
@@ -114,6 +112,15 @@ func New(ctx context.Context) (*Sandbox, error) {
 	h, cgErr := detectHierarchy()
 	s.hier, s.enf = h, enforcement(h, cgErr)
 	return s, nil
+}
+
+// FindPython is the Python jobs run with: the system's, which lives under
+// the read-only /usr every sandbox sees, or else the first on PATH.
+func FindPython() (string, error) {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3", nil
+	}
+	return exec.LookPath("python3")
 }
 
 // Python is the interpreter jobs run with.

@@ -150,13 +150,7 @@ func (cf *clientFlags) client() *api.Client {
 }
 
 // sentence is an error as a person should read it.
-func sentence(err error) string {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		return ae.Message
-	}
-	return err.Error()
-}
+func sentence(err error) string { return api.Sentence(err) }
 
 const (
 	logInfo = slog.LevelInfo
