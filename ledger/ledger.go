@@ -126,6 +126,7 @@ var (
 	bucketKeys     = []byte("keys")   // idempotency key → request digest and entry seq
 	bucketFailed   = []byte("failed") // buyer → failed-run seconds, for the allowance
 	bucketMeta     = []byte("meta")
+	bucketOpen     = []byte("open_holds") // job → nothing: the holds not yet resolved
 	keyHead        = []byte("head")
 )
 
@@ -167,7 +168,7 @@ func Open(path string, opt *Options) (*Ledger, error) {
 	// Concurrent requests share one durable commit.
 	db.MaxBatchDelay = 2 * time.Millisecond
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketAccounts, bucketHolds, bucketJournal, bucketKeys, bucketFailed, bucketMeta} {
+		for _, b := range [][]byte{bucketAccounts, bucketHolds, bucketJournal, bucketKeys, bucketFailed, bucketMeta, bucketOpen} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -542,14 +543,17 @@ func (l *Ledger) Holds() ([]Hold, error) {
 
 // OpenHolds returns the holds not yet resolved.
 func (l *Ledger) OpenHolds() ([]Hold, error) {
-	all, err := l.Holds()
-	open := all[:0]
-	for _, h := range all {
-		if h.State == Held {
-			open = append(open, h)
-		}
-	}
-	return open, err
+	var out []Hold
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketOpen).ForEach(func(k, _ []byte) error {
+			h, ok, err := getHold(tx, string(k))
+			if err == nil && ok {
+				out = append(out, h)
+			}
+			return err
+		})
+	})
+	return out, err
 }
 
 // Journal returns every entry in order.
@@ -685,10 +689,19 @@ func getHold(tx *bolt.Tx, job string) (Hold, bool, error) {
 	return h, true, nil
 }
 
+// putHold stores a hold and keeps the index of open holds, so that the
+// coordinator's sweeper and balance lookups read only those, not every
+// hold there ever was.
 func putHold(tx *bolt.Tx, h Hold) error {
 	data, err := json.Marshal(h)
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucketHolds).Put([]byte(h.Job), data)
+	if err := tx.Bucket(bucketHolds).Put([]byte(h.Job), data); err != nil {
+		return err
+	}
+	if h.State == Held {
+		return tx.Bucket(bucketOpen).Put([]byte(h.Job), []byte{1})
+	}
+	return tx.Bucket(bucketOpen).Delete([]byte(h.Job))
 }

@@ -132,6 +132,9 @@ func (l *Ledger) Verify() (Report, error) {
 				return nil
 			}
 			r.Holds++
+			if indexed := tx.Bucket(bucketOpen).Get(k) != nil; indexed != (h.State == Held) {
+				problem("hold %s is %s but the open-hold index says otherwise", h.Job, h.State)
+			}
 			escrow := stored[Escrow(h.Job)]
 			switch {
 			case placed[h.Job] != 1:
