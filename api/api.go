@@ -15,6 +15,9 @@ import (
 
 // Service is everything the app and the CLI can ask of a node.
 type Service interface {
+	// Live says whether the node is up, without asking the network: an
+	// error once it is shutting down.
+	Live(ctx context.Context) error
 	Health(ctx context.Context) (Health, error)
 	Tiers(ctx context.Context) (Tiers, error)
 	UploadDataset(ctx context.Context, name string, r io.Reader) (Dataset, error)
@@ -55,6 +58,9 @@ type Service interface {
 	History(ctx context.Context) ([]LedgerEntry, error)
 	// Payout moves provider earnings out; key makes a retry harmless.
 	Payout(ctx context.Context, amount int64, key string) (LedgerEntry, error)
+	// WriteMetrics writes the node's metrics in Prometheus' text format
+	// (the owner's call).
+	WriteMetrics(ctx context.Context, w io.Writer) error
 }
 
 // Error is an API error: an HTTP status, a stable code for programs and a

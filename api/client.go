@@ -86,6 +86,24 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	return nil
 }
 
+func (c *Client) Live(ctx context.Context) error {
+	resp, err := c.do(ctx, "GET", "/healthz", nil, "")
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+func (c *Client) WriteMetrics(ctx context.Context, w io.Writer) error {
+	resp, err := c.do(ctx, "GET", "/metrics", nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
 func (c *Client) Health(ctx context.Context) (h Health, err error) {
 	return h, c.call(ctx, "GET", "/api/health", nil, &h)
 }

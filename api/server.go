@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,8 @@ type route struct {
 type param struct{ name, typ, doc string }
 
 var routes = []route{
+	{method: "GET", path: "/healthz", summary: "Liveness for a supervisor: 200 while the node serves, 503 while it shuts down; asks nothing of the network", public: true, status: 200, result: "text/plain", handle: func(s *server) http.HandlerFunc { return s.healthz }},
+	{method: "GET", path: "/metrics", summary: "Prometheus metrics: jobs by state, matching latency, bytes moved, sandbox runs and failures (owner only)", status: 200, result: "text/plain", handle: func(s *server) http.HandlerFunc { return s.metrics }},
 	{method: "GET", path: "/api/health", summary: "Liveness, peer ID, the coordinator, a provider's sandbox limits", public: true, status: 200, result: Health{}, handle: func(s *server) http.HandlerFunc { return s.health }},
 	{method: "GET", path: "/api/openapi.json", summary: "This document", public: true, status: 200, result: "application/json", handle: func(s *server) http.HandlerFunc { return serveOpenAPI }},
 	{method: "GET", path: "/api/tiers", summary: "The rate card", status: 200, result: Tiers{}, handle: func(s *server) http.HandlerFunc { return s.tiers }},
@@ -212,6 +215,25 @@ func (s *server) respond(w http.ResponseWriter, status int, v any, err error) {
 		return
 	}
 	writeJSON(w, status, v)
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	if err := s.svc.Live(r.Context()); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
+
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
+	var buf bytes.Buffer // an error must not follow half a body
+	if err := s.svc.WriteMetrics(r.Context(), &buf); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(buf.Bytes())
 }
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) {

@@ -116,6 +116,15 @@ func (s *Store) changeGrant(ctx context.Context, p peer.ID, roots []cid.Cid, del
 	return nil
 }
 
+// Transferred is how many bytes of blocks bitswap has received and sent.
+func (s *Store) Transferred() (received, sent uint64) {
+	st, err := s.swap.Stat()
+	if err != nil || st == nil {
+		return 0, 0
+	}
+	return st.DataReceived, st.DataSent
+}
+
 // Close stops bitswap and closes the blockstore.
 func (s *Store) Close() error {
 	return errors.Join(s.swap.Close(), s.ds.Close())

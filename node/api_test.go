@@ -15,6 +15,7 @@ import (
 
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/coordinator"
+	"github.com/trisparc/gaas/internal/metricstest"
 	"github.com/trisparc/gaas/store"
 )
 
@@ -392,5 +393,47 @@ func TestAccounts(t *testing.T) {
 	}
 	if _, err := karan.CancelJob(ctx, job.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestHealthzAndMetrics(t *testing.T) {
+	n, _ := startBuyer(t)
+	status, body := getRaw(t, n, "/healthz", "")
+	if status != 200 || string(body) != "ok\n" {
+		t.Fatalf("/healthz: %d %q", status, body)
+	}
+	if status, out := request(t, n, "GET", "/metrics", "", "", nil); status != 401 || out["code"] != api.CodeUnauthorized {
+		t.Fatalf("/metrics without a token: %d %v", status, out)
+	}
+	guest, err := n.CreateAccount(context.Background(), "guest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, out := request(t, n, "GET", "/metrics", guest.Secret, "", nil); status != 403 || out["code"] != api.CodeForbidden {
+		t.Fatalf("/metrics for an account: %d %v", status, out)
+	}
+	if _, err := n.UploadDataset(context.Background(), "d.csv", strings.NewReader("a,b\n1,2\n")); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := api.NewClient(n.APIURL(), n.Token()).WriteMetrics(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	m := metricstest.Parse(buf.String())
+	for name, want := range map[string]float64{
+		`gaas_jobs{state="queued"}`:               0,
+		`gaas_jobs{state="completed"}`:            0,
+		`gaas_api_bytes_total{direction="upload"}`: 8,
+		`gaas_provider_online`:                    0,
+		`gaas_match_seconds_count`:                0,
+		`gaas_block_bytes_total{direction="sent"}`: 0,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+	n.Close()
+	if err := n.Live(context.Background()); err == nil {
+		t.Fatal("a closed node says it is live")
 	}
 }

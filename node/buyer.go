@@ -258,7 +258,7 @@ func (n *Node) match(ctx context.Context, job store.Job, skip map[peer.ID]bool) 
 		delete(n.offers, job.Run)
 		n.mu.Unlock()
 	}()
-	waiting := false
+	waiting, first := false, time.Now()
 	for {
 		begin := time.Now()
 		providers := n.findProviders(ctx, job.Tier)
@@ -286,6 +286,7 @@ func (n *Node) match(ctx context.Context, job store.Job, skip map[peer.ID]bool) 
 					LookupMs: looked.Sub(begin).Milliseconds(), OfferMs: o.at.Sub(looked).Milliseconds(),
 					ConfirmMs: time.Since(offered).Milliseconds(), Providers: len(providers),
 				}
+				n.metrics.match.Observe(time.Since(first).Seconds())
 				return sess, nil
 			}
 			n.log.Info("offer not taken", "job", job.ID, "provider", o.from.ShortString(), "err", err)

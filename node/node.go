@@ -88,6 +88,7 @@ type Node struct {
 	closing sync.RWMutex
 
 	requests *requestValidator
+	metrics  *metrics
 	tokens   *tokens
 
 	mu       sync.Mutex
@@ -145,6 +146,7 @@ func Start(cfg Config) (*Node, error) {
 		python: pythonPath(), requests: newRequestValidator(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.metrics = newMetrics(n)
 	fail := func(err error) (*Node, error) {
 		n.Close()
 		return nil, err

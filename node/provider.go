@@ -447,6 +447,7 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 	})
 	switch {
 	case err != nil:
+		n.metrics.sandboxErrors.WithLabelValues("packages").Inc()
 		return aborted(protocol.CauseSandbox, "the sandbox failed installing packages: %v", err)
 	case res.Outcome == sandbox.Cancelled:
 		return aborted(protocol.CauseSandbox, "stopped while installing packages")
@@ -523,8 +524,10 @@ func (n *Node) runContract(ctx context.Context, p *provider, js *jobStream, ct p
 	stop()
 	side.Wait()
 	if err != nil {
+		n.metrics.sandboxErrors.WithLabelValues("run").Inc()
 		return aborted(protocol.CauseSandbox, "the sandbox failed: %v", err)
 	}
+	n.metrics.sandboxRuns.WithLabelValues(string(res.Outcome)).Inc()
 	fin = &protocol.Finished{ExitCode: res.ExitCode, Reason: res.Reason()}
 	switch res.Outcome {
 	case sandbox.Completed:

@@ -34,6 +34,7 @@ func (n *Node) UploadDataset(ctx context.Context, name string, r io.Reader) (api
 	if err := checkFileName(name, ".csv", "dataset"); err != nil {
 		return api.Dataset{}, err
 	}
+	r = meteredReader{r, n.metrics.apiBytes.WithLabelValues("upload")}
 	tmpDir := filepath.Join(n.cfg.DataDir, "tmp")
 	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return api.Dataset{}, err
@@ -71,6 +72,7 @@ func (n *Node) UploadScript(ctx context.Context, name string, r io.Reader) (api.
 	if err := checkFileName(name, ".py", "script"); err != nil {
 		return api.Script{}, err
 	}
+	r = meteredReader{r, n.metrics.apiBytes.WithLabelValues("upload")}
 	src, err := io.ReadAll(io.LimitReader(r, inputs.MaxScriptSize+1))
 	if err != nil {
 		return api.Script{}, fmt.Errorf("receiving the script: %w", err)

@@ -240,6 +240,24 @@ func (s *Store) UpdateJob(id string, change func(*Job) error) (Job, *Event, erro
 	return j, ev, err
 }
 
+// JobStates counts the jobs of every account by state.
+func (s *Store) JobStates() (map[string]int, error) {
+	counts := map[string]int{Queued: 0, Running: 0, Completed: 0, Failed: 0, Cancelled: 0}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJobs).ForEach(func(_, v []byte) error {
+			var j struct {
+				State string `json:"state"`
+			}
+			if err := json.Unmarshal(v, &j); err != nil {
+				return err
+			}
+			counts[j.State]++
+			return nil
+		})
+	})
+	return counts, err
+}
+
 // Job returns a job.
 func (s *Store) Job(id string) (Job, error) {
 	var j Job

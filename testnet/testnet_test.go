@@ -15,8 +15,10 @@ import (
 
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/examples"
+	"github.com/trisparc/gaas/internal/metricstest"
 	"github.com/trisparc/gaas/ledger"
 	"github.com/trisparc/gaas/money"
+	"github.com/trisparc/gaas/node"
 )
 
 func start(t *testing.T, providers int) (*Testnet, *api.Client) {
@@ -188,6 +190,47 @@ func TestJobEndToEnd(t *testing.T) {
 	}
 	if got := l.Balance(ledger.Platform); got != fee {
 		t.Fatalf("platform fee %d, want %d", got, fee)
+	}
+
+	// What the buyer's and the provider's metrics say of it.
+	var text bytes.Buffer
+	if err := c.WriteMetrics(ctx, &text); err != nil {
+		t.Fatal(err)
+	}
+	bm := metricstest.Parse(text.String())
+	var pro *node.Node
+	for _, p := range tn.Providers {
+		if p.ID().String() == proPeer {
+			pro = p
+		}
+	}
+	text.Reset()
+	if err := api.NewClient(pro.APIURL(), pro.Token()).WriteMetrics(ctx, &text); err != nil {
+		t.Fatal(err)
+	}
+	pm := metricstest.Parse(text.String())
+	for _, check := range []struct {
+		who   string
+		m     map[string]float64
+		name  string
+		least float64
+		most  float64
+	}{
+		{"buyer", bm, `gaas_jobs{state="completed"}`, 1, 1},
+		{"buyer", bm, `gaas_jobs{state="running"}`, 0, 0},
+		{"buyer", bm, `gaas_match_seconds_count`, 1, 1},
+		{"buyer", bm, `gaas_api_bytes_total{direction="upload"}`, float64(len(examples.Dataset) + len(examples.Script)), 1e9},
+		{"buyer", bm, `gaas_api_bytes_total{direction="download"}`, float64(len(body) + 10), 1e9},
+		{"buyer", bm, `gaas_block_bytes_total{direction="received"}`, float64(len(body)), 1e9},
+		{"provider", pm, `gaas_provider_online`, 1, 1},
+		{"provider", pm, `gaas_sandbox_runs_total{outcome="completed"}`, 1, 1},
+		{"provider", pm, `gaas_sandbox_failures_total{stage="run"}`, 0, 0},
+		{"provider", pm, `gaas_block_bytes_total{direction="received"}`, float64(len(examples.Dataset) + len(examples.Script)), 1e9},
+		{"provider", pm, `gaas_block_bytes_total{direction="sent"}`, float64(len(body)), 1e9},
+	} {
+		if got, ok := check.m[check.name]; !ok || got < check.least || got > check.most {
+			t.Errorf("%s's %s = %v (present %v), want %v to %v", check.who, check.name, got, ok, check.least, check.most)
+		}
 	}
 }
 
