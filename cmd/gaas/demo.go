@@ -50,8 +50,8 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 		return err
 	}
 	job, err := c.submitAndFollow(ctx, client, submission{
-		tier: *tier, datasetName: examples.DatasetName, dataset: bytes.NewReader(examples.Dataset),
-		scriptName: examples.ScriptName, script: bytes.NewReader(examples.Script), capSeconds: 600, out: out, yes: true,
+		tier: *tier, datasetName: examples.DatasetName, dataset: bytes.NewReader(examples.Dataset), datasetSize: int64(len(examples.Dataset)),
+		scriptName: examples.ScriptName, script: bytes.NewReader(examples.Script), scriptSize: int64(len(examples.Script)), capSeconds: 600, out: out, yes: true,
 	})
 	if err != nil {
 		return err

@@ -46,8 +46,10 @@ type submission struct {
 	tier        string
 	datasetName string
 	dataset     io.Reader
+	datasetSize int64 // -1 when not known
 	scriptName  string
 	script      io.Reader
+	scriptSize  int64
 	packages    []string
 	capSeconds  int64
 	out         string
@@ -98,7 +100,8 @@ func (c *cli) jobSubmit(ctx context.Context, args []string) error {
 	}
 	defer sc.Close()
 	job, err := c.submitAndFollow(ctx, cf.client(), submission{
-		tier: *tier, datasetName: filepath.Base(*dataset), dataset: ds, scriptName: filepath.Base(*script), script: sc,
+		tier: *tier, datasetName: filepath.Base(*dataset), dataset: ds, datasetSize: fileSize(ds),
+		scriptName: filepath.Base(*script), script: sc, scriptSize: fileSize(sc),
 		packages: *packages, capSeconds: capSeconds, out: *out, yes: *yes,
 	})
 	if err != nil {
@@ -123,6 +126,13 @@ func openInput(path, what string) (*os.File, error) {
 		return nil, fmt.Errorf("the %s %s is a folder, not a file", what, path)
 	}
 	return f, nil
+}
+
+func fileSize(f *os.File) int64 {
+	if fi, err := f.Stat(); err == nil {
+		return fi.Size()
+	}
+	return -1
 }
 
 // parseHours reads a budget cap such as "1", "0.5" or "2.25" as seconds.
@@ -154,12 +164,16 @@ func (c *cli) submitAndFollow(ctx context.Context, svc api.Service, s submission
 		}
 		return api.Job{}, fmt.Errorf("there is no %q tier: choose one of %s", s.tier, strings.Join(names, ", "))
 	}
-	ds, err := svc.UploadDataset(ctx, s.datasetName, s.dataset)
+	bar := c.progress("Uploading "+s.datasetName, s.datasetSize)
+	ds, err := svc.UploadDataset(ctx, s.datasetName, bar.Reader(s.dataset))
+	bar.Done()
 	if err != nil {
 		return api.Job{}, fmt.Errorf("%s: %s", s.datasetName, sentence(err))
 	}
 	fmt.Fprintf(w, "Dataset   %s: %d rows, %d columns (%s)\n", ds.Name, ds.Rows, ds.Columns, strings.Join(ds.Header, ", "))
-	sc, err := svc.UploadScript(ctx, s.scriptName, s.script)
+	bar = c.progress("Uploading "+s.scriptName, s.scriptSize)
+	sc, err := svc.UploadScript(ctx, s.scriptName, bar.Reader(s.script))
+	bar.Done()
 	if err != nil {
 		return api.Job{}, fmt.Errorf("%s", sentence(err))
 	}
@@ -257,7 +271,7 @@ func (c *cli) report(ctx context.Context, svc api.Service, job api.Job, out stri
 	w := c.stdout
 	switch job.State {
 	case "completed":
-		path, err := saveModel(ctx, svc, job, out)
+		path, err := c.saveModel(ctx, svc, job, out)
 		if err != nil {
 			return fmt.Errorf("job %s completed, but saving its model failed: %v (retry with: gaas job show %s)", job.ID, err, job.ID)
 		}
@@ -289,7 +303,7 @@ func chargeLine(job api.Job) string {
 
 // saveModel downloads the model into dir without overwriting anything:
 // if NAME is taken it tries JOB-NAME, then JOB-2-NAME and so on.
-func saveModel(ctx context.Context, svc api.Service, job api.Job, dir string) (string, error) {
+func (c *cli) saveModel(ctx context.Context, svc api.Service, job api.Job, dir string) (string, error) {
 	m, err := svc.Model(ctx, job.ID, "")
 	if err != nil {
 		return "", err
@@ -300,7 +314,10 @@ func saveModel(ctx context.Context, svc api.Service, job api.Job, dir string) (s
 		return "", err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, m.Body); err != nil {
+	bar := c.progress("Downloading "+m.Name, m.Size)
+	_, err = io.Copy(tmp, bar.Reader(m.Body))
+	bar.Done()
+	if err != nil {
 		tmp.Close()
 		return "", err
 	}
@@ -475,7 +492,7 @@ func (c *cli) jobModel(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	path, err := saveModel(ctx, cl, j, *out)
+	path, err := c.saveModel(ctx, cl, j, *out)
 	if err != nil {
 		return fmt.Errorf("saving the model of job %s: %s", id, sentence(err))
 	}

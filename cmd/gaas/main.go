@@ -17,7 +17,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interactive: stdinIsTerminal()}
+	c := &cli{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interactive: stdinIsTerminal(), progressTTY: isTerminal(os.Stderr)}
 	os.Exit(c.exitCode(c.run(ctx, os.Args[1:])))
 }
 
@@ -28,6 +28,7 @@ type cli struct {
 	stderr      io.Writer
 	getenv      func(string) string
 	interactive bool // stdin is a terminal a person can answer on
+	progressTTY bool // stderr is a terminal: draw progress bars on it
 }
 
 // usageError is a mistake in how the command was called: exit status 2.
@@ -92,7 +93,9 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	return usagef("unknown command %q", cmd)
 }
 
-func stdinIsTerminal() bool {
-	fi, err := os.Stdin.Stat()
+func stdinIsTerminal() bool { return isTerminal(os.Stdin) }
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

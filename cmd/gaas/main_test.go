@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/examples"
@@ -24,8 +25,19 @@ type result struct {
 // gaas runs one command in-process with the given environment.
 func gaas(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
+	return runCLI(&cli{getenv: func(k string) string { return env[k] }}, args)
+}
+
+// gaasOnTerminal runs a command as if stderr were a terminal, so that
+// progress bars are drawn.
+func gaasOnTerminal(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	return runCLI(&cli{getenv: func(k string) string { return env[k] }, progressTTY: true}, args)
+}
+
+func runCLI(c *cli, args []string) result {
 	var out, errb bytes.Buffer
-	c := &cli{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	c.stdin, c.stdout, c.stderr = strings.NewReader(""), &out, &errb
 	code := c.exitCode(c.run(context.Background(), args))
 	return result{code, out.String(), errb.String()}
 }
@@ -57,9 +69,18 @@ func TestSubmitDownloadsModelAndReportsCharge(t *testing.T) {
 	ds := writeFile(t, dir, "students.csv", examples.Dataset)
 	sc := writeFile(t, dir, "train.py", examples.Script)
 	out := t.TempDir()
-	r := gaas(t, env, "job", "submit", "--tier", "max", "--dataset", ds, "--script", sc, "--max-hours", "0.5", "--out", out, "--yes")
+	r := gaasOnTerminal(t, env, "job", "submit", "--tier", "max", "--dataset", ds, "--script", sc, "--max-hours", "0.5", "--out", out, "--yes")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	size := formatBytes(int64(len(examples.Dataset)))
+	for _, want := range []string{"\rUploading students.csv [========================] 100%  " + size + " of " + size, "\rUploading train.py [", "\rDownloading model.json ["} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("progress on stderr lacks %q:\n%q", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stdout, "\r") {
+		t.Errorf("progress leaked onto stdout:\n%q", r.stdout)
 	}
 	for _, want := range []string{"students.csv: 600 rows, 4 columns", "main() found", "at ₹120/hr", "costs at most ₹60", "state: running", "| test accuracy", "state: completed", "Charge    ₹"} {
 		if !strings.Contains(r.stdout, want) {
@@ -86,8 +107,8 @@ func TestSubmitDownloadsModelAndReportsCharge(t *testing.T) {
 		t.Fatalf("job logs: %d %s", r.code, r.stdout)
 	}
 	again := t.TempDir()
-	if r = gaas(t, env, "job", "model", id, "--out", again); r.code != 0 {
-		t.Fatalf("job model: %+v", r)
+	if r = gaas(t, env, "job", "model", id, "--out", again); r.code != 0 || r.stderr != "" {
+		t.Fatalf("job model (no terminal, so no progress bar): %+v", r)
 	}
 	if saved, _ := os.ReadFile(filepath.Join(again, "model.json")); !bytes.Equal(saved, model) {
 		t.Fatal("job model saved different bytes")
@@ -247,5 +268,24 @@ func TestLedgerCommands(t *testing.T) {
 	}
 	if r := gaas(t, env, "ledger", "payout", "5"); r.code != 1 || !strings.Contains(r.stderr, "does not hold that much") {
 		t.Fatalf("payout with no earnings: %+v", r)
+	}
+}
+
+func TestRenderProgress(t *testing.T) {
+	for _, tc := range []struct {
+		done, total int64
+		elapsed     time.Duration
+		want        string
+	}{
+		{0, 117_000_000, 0, "f.csv [>                       ]   0%  0 B of 117 MB"},
+		{61_000_000, 117_000_000, time.Second, "f.csv [============>           ]  52%  61 MB of 117 MB  61 MB/s"},
+		{117_000_000, 117_000_000, 2 * time.Second, "f.csv [========================] 100%  117 MB of 117 MB  58 MB/s"},
+		{200, 100, time.Second, "f.csv [========================] 100%  100 B of 100 B  200 B/s"},
+		{4_200, -1, 2 * time.Second, "f.csv  4.2 KB  2.1 KB/s"},
+		{1_100_000_000, -1, 0, "f.csv  1.1 GB"},
+	} {
+		if got := renderProgress("f.csv", tc.done, tc.total, tc.elapsed); got != tc.want {
+			t.Errorf("renderProgress(%d, %d, %v) = %q, want %q", tc.done, tc.total, tc.elapsed, got, tc.want)
+		}
 	}
 }
