@@ -1,8 +1,8 @@
 // Package blocks keeps a peer's content-addressed blocks (datasets,
-// scripts, models) in a pebble blockstore (flatfs, kubo's choice, has no
-// release that builds against the current go-datastore), moves them over bitswap, and
-// converts files and folders to and from UnixFS DAGs (CIDv1, raw leaves,
-// 1 MiB chunks).
+// scripts, models) as files, one a block (kubo's flatfs layout; flatfs
+// itself has no release that builds against the current go-datastore),
+// moves them over bitswap, and converts files and folders to and from
+// UnixFS DAGs (CIDv1, raw leaves, 1 MiB chunks).
 package blocks
 
 import (
@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/ipfs/boxo/bitswap"
 	"github.com/ipfs/boxo/bitswap/network/bsnet"
 	"github.com/ipfs/boxo/blockservice"
@@ -41,35 +39,92 @@ var profile = uio.UnixFS_v1_2025
 // serves a block only to a peer it was granted to: a buyer's dataset goes
 // to the provider running its job and to nobody else.
 type Store struct {
-	ds    *pebbleds.Datastore
-	bs    blockstore.Blockstore
+	files *fileStore
 	swap  *bitswap.Bitswap
 	dag   ipld.DAGService
 	local ipld.DAGService // never asks the network
 
 	mu     sync.Mutex
 	grants map[peer.ID]map[cid.Cid]int // block → how many grants cover it
+
+	pendingMu sync.Mutex
+	pending   map[cid.Cid]*pendingBlock // written by checked imports in flight
 }
 
 // Open opens (or creates) the blockstore in dir and starts bitswap on h.
+// A blockstore kept by an earlier version in pebble is moved into files
+// first.
 func Open(dir string, h host.Host) (*Store, error) {
-	// Blocks are hashed content, often already compressed (models,
-	// archives): compressing them again costs more CPU than it saves.
-	opts := &pebble.Options{}
-	for i := range opts.Levels {
-		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	if err := migrate(dir); err != nil {
+		return nil, fmt.Errorf("moving the blockstore %s out of pebble: %w", dir, err)
 	}
-	ds, err := pebbleds.NewDatastore(dir, pebbleds.WithPebbleOpts(opts))
+	files, err := openFileStore(dir)
 	if err != nil {
 		return nil, fmt.Errorf("opening blockstore %s: %w", dir, err)
 	}
-	bs := blockstore.NewBlockstore(ds)
-	s := &Store{ds: ds, bs: bs, grants: map[peer.ID]map[cid.Cid]int{}}
-	s.swap = bitswap.New(context.Background(), bsnet.NewFromIpfsHost(h), nil, bs,
+	s := &Store{files: files, grants: map[peer.ID]map[cid.Cid]int{}, pending: map[cid.Cid]*pendingBlock{}}
+	s.swap = bitswap.New(context.Background(), bsnet.NewFromIpfsHost(h), nil, files,
 		bitswap.WithPeerBlockRequestFilter(s.granted))
-	s.dag = merkledag.NewDAGService(blockservice.New(bs, s.swap))
-	s.local = merkledag.NewDAGService(blockservice.New(bs, nil))
+	s.dag = merkledag.NewDAGService(blockservice.New(files, s.swap))
+	s.local = merkledag.NewDAGService(blockservice.New(files, nil))
 	return s, nil
+}
+
+// migrate moves a pebble blockstore in dir into files: it copies every
+// block into dir.files, then swaps the folders. A crash at any point
+// leaves either the old store (copied again next time) or the new one.
+func migrate(dir string) error {
+	next, old := dir+".files", dir+".pebble-old"
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(next); err == nil { // crashed between the renames
+			if err := os.Rename(next, dir); err != nil {
+				return err
+			}
+		}
+	}
+	if !isPebble(dir) {
+		return os.RemoveAll(old)
+	}
+	if err := os.RemoveAll(next); err != nil {
+		return err
+	}
+	files, err := openFileStore(next)
+	if err != nil {
+		return err
+	}
+	ds, err := pebbleds.NewDatastore(dir)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	bs := blockstore.NewBlockstore(ds)
+	keys, err := bs.AllKeysChan(ctx)
+	if err != nil {
+		ds.Close()
+		return err
+	}
+	for c := range keys {
+		b, err := bs.Get(ctx, c)
+		if err == nil {
+			err = files.Put(ctx, b)
+		}
+		if err != nil {
+			for range keys { // let the lister finish
+			}
+			ds.Close()
+			return err
+		}
+	}
+	if err := errors.Join(files.Sync(), ds.Close()); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, old); err != nil {
+		return err
+	}
+	if err := os.Rename(next, dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(old)
 }
 
 func (s *Store) granted(p peer.ID, c cid.Cid) bool {
@@ -127,16 +182,25 @@ func (s *Store) Transferred() (received, sent uint64) {
 
 // Close stops bitswap and closes the blockstore.
 func (s *Store) Close() error {
-	return errors.Join(s.swap.Close(), s.ds.Close())
+	return s.swap.Close()
 }
 
 // ImportFile adds the bytes of r as a UnixFS file and returns its root.
 func (s *Store) ImportFile(ctx context.Context, r io.Reader) (cid.Cid, error) {
+	im := s.newImporter(false)
+	c, err := importFile(r, im)
+	if err = errors.Join(err, im.wait()); err != nil {
+		return cid.Undef, err
+	}
+	return c, s.files.Sync()
+}
+
+func importFile(r io.Reader, dag ipld.DAGService) (cid.Cid, error) {
 	params := helpers.DagBuilderParams{
 		Maxlinks:   profile.FileDAGWidth,
 		RawLeaves:  profile.RawLeaves,
 		CidBuilder: profile.CidBuilder(),
-		Dagserv:    s.local,
+		Dagserv:    dag,
 	}
 	db, err := params.New(chunk.NewSizeSplitter(r, profile.ChunkSize))
 	if err != nil {
@@ -157,7 +221,7 @@ func (s *Store) ImportPath(ctx context.Context, path string) (cid.Cid, error) {
 	if err != nil {
 		return cid.Undef, err
 	}
-	return nd.Cid(), nil
+	return nd.Cid(), s.files.Sync()
 }
 
 func (s *Store) importPath(ctx context.Context, path string) (ipld.Node, error) {
@@ -172,7 +236,7 @@ func (s *Store) importPath(ctx context.Context, path string) (ipld.Node, error) 
 			return nil, err
 		}
 		defer f.Close()
-		c, err := s.ImportFile(ctx, f)
+		c, err := importFile(f, s.local)
 		if err != nil {
 			return nil, err
 		}
@@ -226,7 +290,7 @@ func (s *Store) Fetch(ctx context.Context, root cid.Cid) error {
 	if err := merkledag.FetchGraph(ctx, root, s.dag); err != nil {
 		return fmt.Errorf("fetching %s: %w", root, err)
 	}
-	return nil
+	return s.files.Sync()
 }
 
 // Node opens a local UnixFS file or folder.

@@ -22,8 +22,9 @@ type Dataset struct {
 
 // CSVError is a dataset that cannot be used, with the reason for the user.
 type CSVError struct {
-	Line   int64 // 1-based line the problem was found on; 0 if none
-	Reason string
+	Line     int64 // 1-based line the problem was found on; 0 if none
+	Reason   string
+	TooLarge bool // the file is over the size limit
 }
 
 func (e *CSVError) Error() string { return e.Reason }
@@ -96,7 +97,7 @@ func InspectCSV(r io.Reader, limit int64) (Dataset, error) {
 }
 
 func tooLarge(limit int64) error {
-	return &CSVError{Reason: fmt.Sprintf("The dataset is larger than this node accepts (%d MB). Use a smaller sample, or raise the node's limit.", limit>>20)}
+	return &CSVError{TooLarge: true, Reason: fmt.Sprintf("The dataset is larger than this node accepts (%d MB). Use a smaller sample, or raise the node's limit.", limit>>20)}
 }
 
 func csvReadError(err error, counted *countingReader, limit int64) error {
@@ -155,11 +156,40 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // scanRows counts the data rows after the header, checking that each has
-// cols fields and is UTF-8. line is the header's last line.
+// cols fields and is UTF-8. line is the header's last line. Runs of plain
+// lines are counted a buffer at a time (fastRows); any line that is not
+// plain, and any problem, goes through nextRecord, which reads one record
+// carefully and names the line.
 func scanRows(br *bufio.Reader, delim byte, cols, line int) (int64, error) {
 	var rows int64
+	for {
+		// Only what is buffered: forcing a refill here would move the
+		// buffer's tail on every record the careful path reads.
+		if buf, _ := br.Peek(br.Buffered()); len(buf) > 0 {
+			n, used, lines := fastRows(buf, delim, cols)
+			rows, line = rows+n, line+lines
+			br.Discard(used)
+			if used > 0 {
+				continue
+			}
+		}
+		row, eof, err := nextRecord(br, delim, cols, &line)
+		if err != nil {
+			return rows, err
+		}
+		if row {
+			rows++
+		}
+		if eof {
+			return rows, nil
+		}
+	}
+}
+
+// nextRecord reads one record: whether it is a row (not a blank line),
+// and whether the input ended with it.
+func nextRecord(br *bufio.Reader, delim byte, cols int, line *int) (row, eof bool, err error) {
 	var long []byte // a line longer than the buffer, put together
-	sep := []byte{delim}
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
@@ -167,44 +197,42 @@ func scanRows(br *bufio.Reader, delim byte, cols, line int) (int64, error) {
 			continue
 		}
 		if err != nil && err != io.EOF {
-			return rows, err
+			return false, false, err
 		}
+		eof = err == io.EOF
 		rec := chunk
 		if long != nil {
 			rec = append(long, chunk...)
-			long = nil
 		}
-		if len(rec) == 0 && err == io.EOF {
-			return rows, nil
+		if len(rec) == 0 && eof {
+			return false, true, nil
 		}
-		line++
+		*line++
 		body := trimEOL(rec)
 		switch {
 		case len(body) == 0: // a blank line
+			return false, eof, nil
 		case bytes.IndexByte(body, '"') < 0:
-			if n := bytes.Count(body, sep) + 1; n != cols {
-				return rows, fieldCountError(line)
+			if n := bytes.Count(body, []byte{delim}) + 1; n != cols {
+				return false, false, fieldCountError(*line)
 			}
 			if !utf8.Valid(body) {
-				return rows, utf8Error(line)
+				return false, false, utf8Error(*line)
 			}
-			rows++
+			return true, eof, nil
 		default:
-			start := line
-			n, extra, perr := scanQuoted(br, rec, delim, &line)
+			start := *line
+			n, extra, perr := scanQuoted(br, rec, delim, line)
 			if perr != nil {
-				return rows, perr
+				return false, false, perr
 			}
 			if n != cols {
-				return rows, fieldCountError(start)
+				return false, false, fieldCountError(start)
 			}
 			if !utf8.Valid(extra) {
-				return rows, utf8Error(start)
+				return false, false, utf8Error(start)
 			}
-			rows++
-		}
-		if err == io.EOF {
-			return rows, nil
+			return true, eof, nil
 		}
 	}
 }

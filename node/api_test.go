@@ -19,8 +19,9 @@ import (
 	"github.com/trisparc/gaas/store"
 )
 
-// startBuyer starts a coordinator and one buyer node on loopback.
-func startBuyer(t testing.TB) (*Node, *coordinator.Coordinator) {
+// startBuyer starts a coordinator and one buyer node on loopback; change
+// adjusts the node's config.
+func startBuyer(t testing.TB, change ...func(*Config)) (*Node, *coordinator.Coordinator) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	co, err := coordinator.Start(coordinator.Config{DataDir: filepath.Join(t.TempDir(), "c"), Logger: log})
@@ -28,7 +29,11 @@ func startBuyer(t testing.TB) (*Node, *coordinator.Coordinator) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { co.Close() })
-	n, err := Start(Config{DataDir: filepath.Join(t.TempDir(), "b"), Coordinator: co.Peer.Addrs()[0], Logger: log})
+	cfg := Config{DataDir: filepath.Join(t.TempDir(), "b"), Coordinator: co.Peer.Addrs()[0], Logger: log}
+	for _, c := range change {
+		c(&cfg)
+	}
+	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,5 +440,73 @@ func TestHealthzAndMetrics(t *testing.T) {
 	n.Close()
 	if err := n.Live(context.Background()); err == nil {
 		t.Fatal("a closed node says it is live")
+	}
+}
+
+// Each kind of bad dataset gets its own sentence (and line, where there
+// is one) through the API, and leaves no block and no upload behind.
+func TestDatasetUploads(t *testing.T) {
+	n, _ := startBuyer(t, func(c *Config) { c.MaxDatasetBytes = 4 << 20 })
+	blockFiles := func() int {
+		count := 0
+		filepath.WalkDir(filepath.Join(n.cfg.DataDir, "blocks"), func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				count++
+			}
+			return nil
+		})
+		return count
+	}
+	big := "a,b\n" + strings.Repeat("12345,67890\n", 5<<20/12)
+	badLate := "a,b\n" + strings.Repeat("1,2\n", 300000) + "1,2,3\n" // past the first megabyte
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code, text string
+		line       float64
+	}{
+		{"empty", "", 422, api.CodeInvalidInput, "The dataset is empty", 0},
+		{"binary", "PK\x03\x04\x00\x00zip", 422, api.CodeInvalidInput, "not a CSV file", 0},
+		{"header only", "a,b,c\n", 422, api.CodeInvalidInput, "no rows of data", 1},
+		{"columns differ", "a,b\n1,2\n3\n", 422, api.CodeInvalidInput, "Line 3 of the dataset has a different number of columns", 3},
+		{"columns differ late", badLate, 422, api.CodeInvalidInput, "Line 300002 of the dataset has a different number of columns", 300002},
+		{"bad encoding", "name,city\nA,Pune\nB,M\xfcnchen\n", 422, api.CodeInvalidInput, "Line 3 of the dataset is not valid UTF-8", 3},
+		{"stray quote", "a,b\n1,x\"y\n", 422, api.CodeInvalidInput, "Line 2 of the dataset has a stray or unclosed quote", 2},
+		{"too large", big, 413, api.CodeTooLarge, "larger than this node accepts (4 MB)", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := blockFiles()
+			status, out := request(t, n, "POST", "/api/datasets?name=d.csv", n.Token(), "text/csv", strings.NewReader(tc.body))
+			msg, _ := out["error"].(string)
+			if status != tc.status || out["code"] != tc.code || !strings.Contains(msg, tc.text) {
+				t.Fatalf("%d %v, want %d %s %q", status, out, tc.status, tc.code, tc.text)
+			}
+			if tc.line > 0 {
+				if d, _ := out["details"].(map[string]any); d["line"] != tc.line {
+					t.Fatalf("details %v, want line %v", out["details"], tc.line)
+				}
+			}
+			if after := blockFiles(); after != before {
+				t.Fatalf("%d block files before, %d after a refused upload", before, after)
+			}
+		})
+	}
+	// A good one answers what the file holds, and a second upload of it
+	// is the same dataset.
+	good := "age;income;target\n31;52000;1\n45;61000;0\n"
+	var first any
+	for range 2 {
+		status, out := request(t, n, "POST", "/api/datasets?name=people.csv", n.Token(), "text/csv", strings.NewReader(good))
+		if status != 201 || out["rows"] != 2.0 || out["columns"] != 3.0 || out["delimiter"] != ";" || !strings.HasPrefix(out["cid"].(string), "bafk") {
+			t.Fatalf("%d %v", status, out)
+		}
+		if first == nil {
+			first = out["cid"]
+		} else if out["cid"] != first {
+			t.Fatalf("the same file stored as %v and %v", first, out["cid"])
+		}
+		if h, _ := out["header"].([]any); len(h) != 3 || h[2] != "target" {
+			t.Fatalf("header %v", out["header"])
+		}
 	}
 }

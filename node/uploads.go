@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -28,37 +27,27 @@ func checkFileName(name, ext, what string) error {
 	return nil
 }
 
-// UploadDataset checks a CSV while streaming it to a temporary file, then
-// stores it as blocks. A file that fails the check leaves nothing behind.
+// UploadDataset checks a CSV while storing it as blocks, in one pass over
+// the upload. A file that fails the check leaves nothing behind.
 func (n *Node) UploadDataset(ctx context.Context, name string, r io.Reader) (api.Dataset, error) {
 	if err := checkFileName(name, ".csv", "dataset"); err != nil {
 		return api.Dataset{}, err
 	}
 	r = meteredReader{r, n.metrics.apiBytes.WithLabelValues("upload")}
-	tmpDir := filepath.Join(n.cfg.DataDir, "tmp")
-	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
-		return api.Dataset{}, err
-	}
-	tmp, err := os.CreateTemp(tmpDir, "upload-*.csv")
-	if err != nil {
-		return api.Dataset{}, err
-	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	info, err := inputs.InspectCSV(io.TeeReader(r, tmp), n.cfg.MaxDatasetBytes)
+	var info inputs.Dataset
+	c, err := n.blocks.ImportChecked(ctx, r, func(r io.Reader) (err error) {
+		info, err = inputs.InspectCSV(r, n.cfg.MaxDatasetBytes)
+		return err
+	})
 	if err != nil {
 		var ce *inputs.CSVError
+		if errors.As(err, &ce) && ce.TooLarge {
+			return api.Dataset{}, &api.Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLarge, Message: ce.Reason}
+		}
 		if errors.As(err, &ce) {
 			return api.Dataset{}, &api.Error{Status: http.StatusUnprocessableEntity, Code: api.CodeInvalidInput, Message: ce.Reason, Details: map[string]any{"line": ce.Line}}
 		}
 		return api.Dataset{}, fmt.Errorf("receiving the dataset: %w", err)
-	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return api.Dataset{}, err
-	}
-	c, err := n.blocks.ImportFile(ctx, tmp)
-	if err != nil {
-		return api.Dataset{}, fmt.Errorf("storing the dataset: %w", err)
 	}
 	in := store.Input{CID: c.String(), Name: name, Size: info.Size, Rows: info.Rows, Columns: info.Columns, Header: info.Header}
 	if err := n.store.PutUpload(store.Upload{Input: in, Account: api.AccountFrom(ctx), Kind: "dataset", At: time.Now()}); err != nil {
