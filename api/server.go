@@ -2,6 +2,8 @@ package api
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -63,6 +66,9 @@ var routes = []route{
 // Handler serves svc over HTTP under /api/, checking the bearer token on
 // every route but the public ones.
 func Handler(svc Service, auth Authenticator, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	s := &server{svc: svc, authn: auth, log: log, failures: map[string]*failures{}}
 	mux := http.NewServeMux()
 	for _, r := range routes {
@@ -73,7 +79,7 @@ func Handler(svc Service, auth Authenticator, log *slog.Logger) http.Handler {
 		mux.HandleFunc(r.method+" "+r.path, h)
 	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, Errorf(http.StatusNotFound, CodeNotFound, "There is no API route %s %s.", r.Method, r.URL.Path))
+		s.writeError(w, Errorf(http.StatusNotFound, CodeNotFound, "There is no API route %s %s.", r.Method, r.URL.Path))
 	})
 	return mux
 }
@@ -120,7 +126,7 @@ func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
 		s.mu.Unlock()
 		if blocked {
 			w.Header().Set("Retry-After", "60")
-			writeError(w, Errorf(http.StatusTooManyRequests, CodeUnauthorized, "Too many wrong API tokens from this address; wait a minute and try again."))
+			s.writeError(w, Errorf(http.StatusTooManyRequests, CodeUnauthorized, "Too many wrong API tokens from this address; wait a minute and try again."))
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -143,7 +149,7 @@ func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
 			}
 			f.count++
 			s.mu.Unlock()
-			writeError(w, Errorf(http.StatusUnauthorized, CodeUnauthorized, "Missing or wrong API token: pass it as 'Authorization: Bearer TOKEN' (the CLI reads GAAS_TOKEN)."))
+			s.writeError(w, Errorf(http.StatusUnauthorized, CodeUnauthorized, "Missing or wrong API token: pass it as 'Authorization: Bearer TOKEN' (the CLI reads GAAS_TOKEN)."))
 			return
 		}
 		h(w, r.WithContext(WithAccount(r.Context(), account)))
@@ -160,7 +166,7 @@ func (s *server) createAccount(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The account request is not valid JSON: %v.", err))
+		s.writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The account request is not valid JSON: %v.", err))
 		return
 	}
 	t, err := s.svc.CreateAccount(r.Context(), req.Name)
@@ -177,7 +183,7 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The token request is not valid JSON: %v.", err))
+		s.writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The token request is not valid JSON: %v.", err))
 		return
 	}
 	t, err := s.svc.CreateToken(r.Context(), req.Name)
@@ -186,7 +192,7 @@ func (s *server) createToken(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) revokeToken(w http.ResponseWriter, r *http.Request) {
 	if err := s.svc.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -198,10 +204,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func writeError(w http.ResponseWriter, err error) {
+// writeError answers with an API error as it is. Any other error is the
+// node's own failure: its text can hold paths and internals, so it goes to
+// the node's log under a reference, and the answer gives the reference.
+func (s *server) writeError(w http.ResponseWriter, err error) {
 	var e *Error
-	if !errors.As(err, &e) {
-		e = &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "The node failed: " + err.Error()}
+	switch {
+	case errors.As(err, &e):
+	case errors.Is(err, syscall.ENOSPC):
+		e = Errorf(http.StatusInsufficientStorage, CodeUnavailable, "The node's disk is full, so it cannot store this now. Try again later, or ask the node's owner to free some space.")
+	default:
+		ref := make([]byte, 4)
+		rand.Read(ref)
+		s.log.Error("API request failed", "ref", hex.EncodeToString(ref), "err", err)
+		e = Errorf(http.StatusInternalServerError, CodeInternal, "The node hit an internal error and could not finish this request; its log has the details under reference %x.", ref)
 	}
 	if e.Status == 0 {
 		e.Status = http.StatusBadRequest
@@ -211,7 +227,7 @@ func writeError(w http.ResponseWriter, err error) {
 
 func (s *server) respond(w http.ResponseWriter, status int, v any, err error) {
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	writeJSON(w, status, v)
@@ -219,7 +235,7 @@ func (s *server) respond(w http.ResponseWriter, status int, v any, err error) {
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 	if err := s.svc.Live(r.Context()); err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -229,7 +245,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	var buf bytes.Buffer // an error must not follow half a body
 	if err := s.svc.WriteMetrics(r.Context(), &buf); err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -246,7 +262,11 @@ func (s *server) tiers(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, http.StatusOK, t, err)
 }
 
+// uploadName is an upload's file name; the body must be the file itself.
 func uploadName(r *http.Request, ext string) (string, error) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.HasPrefix(mt, "multipart/") {
+		return "", Errorf(http.StatusUnsupportedMediaType, CodeBadRequest, "Send the file's bytes as the request body, not as a form (%s); for example: curl --data-binary @FILE%s.", mt, ext)
+	}
 	name := r.URL.Query().Get("name")
 	if name == "" {
 		return "", Errorf(http.StatusBadRequest, CodeBadRequest, "Give the file's name as ?name=FILE%s.", ext)
@@ -257,7 +277,7 @@ func uploadName(r *http.Request, ext string) (string, error) {
 func (s *server) uploadDataset(w http.ResponseWriter, r *http.Request) {
 	name, err := uploadName(r, ".csv")
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	d, err := s.svc.UploadDataset(r.Context(), name, r.Body)
@@ -267,7 +287,7 @@ func (s *server) uploadDataset(w http.ResponseWriter, r *http.Request) {
 func (s *server) uploadScript(w http.ResponseWriter, r *http.Request) {
 	name, err := uploadName(r, ".py")
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	d, err := s.svc.UploadScript(r.Context(), name, r.Body)
@@ -276,14 +296,14 @@ func (s *server) uploadScript(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) createJob(w http.ResponseWriter, r *http.Request) {
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		writeError(w, Errorf(http.StatusUnsupportedMediaType, CodeBadRequest, "Send the job as JSON (Content-Type: application/json)."))
+		s.writeError(w, Errorf(http.StatusUnsupportedMediaType, CodeBadRequest, "Send the job as JSON (Content-Type: application/json)."))
 		return
 	}
 	var spec JobSpec
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
-		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The job is not valid JSON: %v.", err))
+		s.writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The job is not valid JSON: %v.", err))
 		return
 	}
 	j, err := s.svc.CreateJob(r.Context(), spec)
@@ -305,12 +325,12 @@ func queryInt(r *http.Request, name string, def int) (int, error) {
 func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	offset, err := queryInt(r, "offset", 0)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	limit, err := queryInt(r, "limit", 50)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	l, err := s.svc.Jobs(r.Context(), offset, min(max(limit, 1), 500))
@@ -333,7 +353,7 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&change); err != nil && err != io.EOF {
-			writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The changes are not valid JSON: %v.", err))
+			s.writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The changes are not valid JSON: %v.", err))
 			return
 		}
 	}
@@ -344,7 +364,7 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request) {
 func (s *server) estimate(w http.ResponseWriter, r *http.Request) {
 	capSeconds, err := queryInt(r, "cap_seconds", 3600)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	e, err := s.svc.Estimate(r.Context(), r.URL.Query().Get("tier"), int64(capSeconds))
@@ -366,14 +386,14 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		n, err := strconv.ParseUint(p.v, 10, 64)
 		if err != nil {
-			writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "%s must be an event number, not %q.", p.name, p.v))
+			s.writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "%s must be an event number, not %q.", p.name, p.v))
 			return
 		}
 		after = n
 	}
 	ch, err := s.svc.Events(r.Context(), r.PathValue("id"), after)
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	flusher, _ := w.(http.Flusher)
@@ -398,7 +418,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) {
 func (s *server) model(w http.ResponseWriter, r *http.Request) {
 	m, err := s.svc.Model(r.Context(), r.PathValue("id"), r.URL.Query().Get("format"))
 	if err != nil {
-		writeError(w, err)
+		s.writeError(w, err)
 		return
 	}
 	defer m.Body.Close()
@@ -428,7 +448,7 @@ func (s *server) payout(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The payout is not valid JSON: %v.", err))
+		s.writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The payout is not valid JSON: %v.", err))
 		return
 	}
 	e, err := s.svc.Payout(r.Context(), req.Amount, req.Key)

@@ -82,6 +82,8 @@ func TestAPIRefusesBadRequests(t *testing.T) {
 		{"dataset not .csv", "POST", "/api/datasets?name=data.xlsx", tok, "text/csv", "a,b\n1,2\n", 400, api.CodeInvalidInput},
 		{"dataset path", "POST", "/api/datasets?name=../../etc/x.csv", tok, "text/csv", "a,b\n1,2\n", 400, api.CodeInvalidInput},
 		{"empty dataset", "POST", "/api/datasets?name=d.csv", tok, "text/csv", "", 422, api.CodeInvalidInput},
+		{"dataset as a form", "POST", "/api/datasets?name=d.csv", tok, "multipart/form-data; boundary=x", "--x\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\na,b\n1,2\n\r\n--x--\r\n", 415, api.CodeBadRequest},
+		{"script as a form", "POST", "/api/scripts?name=t.py", tok, "multipart/form-data; boundary=x", "--x--\r\n", 415, api.CodeBadRequest},
 		{"script without main", "POST", "/api/scripts?name=t.py", tok, "text/x-python", "x = 1\n", 422, api.CodeInvalidInput},
 		{"unknown job", "GET", "/api/jobs/j-404", tok, "", "", 404, api.CodeNotFound},
 		{"bad paging", "GET", "/api/jobs?limit=lots", tok, "", "", 400, api.CodeBadRequest},
@@ -507,6 +509,25 @@ func TestDatasetUploads(t *testing.T) {
 		}
 		if h, _ := out["header"].([]any); len(h) != 3 || h[2] != "target" {
 			t.Fatalf("header %v", out["header"])
+		}
+	}
+}
+
+// A failure inside the node answers a reference to its log, never the
+// error's own text with the node's paths in it.
+func TestInternalErrorsHideInternals(t *testing.T) {
+	n, _ := startBuyer(t)
+	if err := os.RemoveAll(filepath.Join(n.cfg.DataDir, "blocks")); err != nil {
+		t.Fatal(err)
+	}
+	status, out := request(t, n, "POST", "/api/datasets?name=d.csv", n.Token(), "text/csv", strings.NewReader("a,b\n1,2\n"))
+	msg, _ := out["error"].(string)
+	if status != 500 || out["code"] != api.CodeInternal || !strings.Contains(msg, "under reference") {
+		t.Fatalf("%d %v", status, out)
+	}
+	for _, leak := range []string{n.cfg.DataDir, "/", "goroutine", ".go:"} {
+		if strings.Contains(strings.TrimSuffix(msg, "."), leak) {
+			t.Fatalf("the answer shows %q: %s", leak, msg)
 		}
 	}
 }
