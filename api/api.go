@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/trisparc/gaas/inputs"
 )
 
 // Service is everything the app and the CLI can ask of a node.
@@ -22,6 +24,10 @@ type Service interface {
 	Tiers(ctx context.Context) (Tiers, error)
 	UploadDataset(ctx context.Context, name string, r io.Reader) (Dataset, error)
 	UploadScript(ctx context.Context, name string, r io.Reader) (Script, error)
+	// CheckPackages checks package chips as they are typed, each on its
+	// own: a name with an optional version, no URL, path or pip option,
+	// no package twice.
+	CheckPackages(ctx context.Context, chips []string) (PackageCheck, error)
 	CreateJob(ctx context.Context, spec JobSpec) (Job, error)
 	Jobs(ctx context.Context, offset, limit int) (JobList, error)
 	Job(ctx context.Context, id string) (Job, error)
@@ -233,6 +239,17 @@ type Script struct {
 	MainFound bool   `json:"main_found"`
 	MainAsync bool   `json:"main_async,omitempty"`
 	MainLine  int    `json:"main_line,omitempty"`
+}
+
+// PackagesRequest is a list of package chips to check.
+type PackagesRequest struct {
+	Packages []string `json:"packages"`
+}
+
+// PackageCheck is each chip checked: OK when every one is.
+type PackageCheck struct {
+	OK    bool          `json:"ok"`
+	Chips []inputs.Chip `json:"chips"`
 }
 
 // JobSpec is what a new job needs.

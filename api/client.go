@@ -129,6 +129,10 @@ func (c *Client) UploadScript(ctx context.Context, name string, r io.Reader) (s 
 	return s, c.upload(ctx, "/api/scripts", name, "text/x-python", r, &s)
 }
 
+func (c *Client) CheckPackages(ctx context.Context, chips []string) (p PackageCheck, err error) {
+	return p, c.call(ctx, "POST", "/api/packages/check", PackagesRequest{Packages: chips}, &p)
+}
+
 func (c *Client) CreateJob(ctx context.Context, spec JobSpec) (j Job, err error) {
 	return j, c.call(ctx, "POST", "/api/jobs", spec, &j)
 }

@@ -45,6 +45,7 @@ var routes = []route{
 	{method: "GET", path: "/api/estimate", summary: "The price of a job before it starts", query: []param{{"tier", "string", "starter, pro or max"}, {"cap_seconds", "integer", "budget cap (default 3600)"}}, status: 200, result: Estimate{}, handle: func(s *server) http.HandlerFunc { return s.estimate }},
 	{method: "POST", path: "/api/datasets", summary: "Upload and check a CSV (streamed)", query: []param{{"name", "string", "the file's name, ending .csv"}}, body: "text/csv", status: 201, result: Dataset{}, handle: func(s *server) http.HandlerFunc { return s.uploadDataset }},
 	{method: "POST", path: "/api/scripts", summary: "Upload a script; check its main() with Python's parser", query: []param{{"name", "string", "the file's name, ending .py"}}, body: "text/x-python", status: 201, result: Script{}, handle: func(s *server) http.HandlerFunc { return s.uploadScript }},
+	{method: "POST", path: "/api/packages/check", summary: "Check package chips as they are typed: each is a name with an optional version, or is refused with the reason", body: PackagesRequest{}, status: 200, result: PackageCheck{}, handle: func(s *server) http.HandlerFunc { return s.checkPackages }},
 	{method: "POST", path: "/api/jobs", summary: "Hold the most the job can cost and queue it", body: JobSpec{}, status: 201, result: Job{}, handle: func(s *server) http.HandlerFunc { return s.createJob }},
 	{method: "GET", path: "/api/jobs", summary: "Jobs, newest first", query: []param{{"offset", "integer", "jobs to skip"}, {"limit", "integer", "at most this many (default 50)"}}, status: 200, result: JobList{}, handle: func(s *server) http.HandlerFunc { return s.listJobs }},
 	{method: "GET", path: "/api/jobs/{id}", summary: "One job", status: 200, result: Job{}, handle: func(s *server) http.HandlerFunc { return s.job }},
@@ -292,6 +293,18 @@ func (s *server) uploadScript(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := s.svc.UploadScript(r.Context(), name, r.Body)
 	s.respond(w, http.StatusCreated, d, err)
+}
+
+func (s *server) checkPackages(w http.ResponseWriter, r *http.Request) {
+	var req PackagesRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, Errorf(http.StatusBadRequest, CodeBadRequest, "The packages are not valid JSON (expected {\"packages\": [\"numpy\", \"torch==2.2.0\"]}): %v.", err))
+		return
+	}
+	c, err := s.svc.CheckPackages(r.Context(), req.Packages)
+	s.respond(w, http.StatusOK, c, err)
 }
 
 func (s *server) createJob(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package inputs
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -43,25 +44,53 @@ func CheckPackage(chip string) (string, error) {
 	return strings.Join(strings.Fields(s), ""), nil
 }
 
-// CheckPackages validates every chip, refusing duplicates.
+// Chip is one package chip as checked: the package as pip will get it, or
+// why it is refused.
+type Chip struct {
+	Chip    string `json:"chip"`
+	Package string `json:"package,omitempty"` // normalized, when OK
+	Error   string `json:"error,omitempty"`
+}
+
+// CheckChips checks each chip on its own and against the ones before it
+// (the same package twice is refused), so a form can mark each chip.
+func CheckChips(chips []string) []Chip {
+	seen := map[string]bool{}
+	out := make([]Chip, 0, len(chips))
+	for i, c := range chips {
+		res := Chip{Chip: c}
+		p, err := CheckPackage(c)
+		switch {
+		case i >= MaxPackages:
+			res.Error = fmt.Sprintf("a job may install at most %d packages", MaxPackages)
+		case err != nil:
+			res.Error = err.Error()
+		default:
+			name := strings.ToLower(pkgPattern.FindStringSubmatch(p)[1])
+			name = strings.NewReplacer("_", "-", ".", "-").Replace(name)
+			if seen[name] {
+				res.Error = fmt.Sprintf("package %q is listed twice", name)
+			} else {
+				seen[name], res.Package = true, p
+			}
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+// CheckPackages validates every chip, refusing duplicates, and returns
+// them normalized.
 func CheckPackages(chips []string) ([]string, error) {
 	if len(chips) > MaxPackages {
 		return nil, fmt.Errorf("%d packages is more than the %d a job may install", len(chips), MaxPackages)
 	}
-	seen := map[string]bool{}
 	var out []string
-	for _, c := range chips {
-		p, err := CheckPackage(c)
-		if err != nil {
-			return nil, err
+	for _, c := range CheckChips(chips) {
+		if c.Error != "" {
+			return nil, errors.New(c.Error)
 		}
-		name := strings.ToLower(pkgPattern.FindStringSubmatch(p)[1])
-		name = strings.NewReplacer("_", "-", ".", "-").Replace(name)
-		if seen[name] {
-			return nil, fmt.Errorf("package %q is listed twice", name)
-		}
-		seen[name] = true
-		out = append(out, p)
+		out = append(out, c.Package)
 	}
 	return out, nil
 }

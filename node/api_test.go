@@ -531,3 +531,35 @@ func TestInternalErrorsHideInternals(t *testing.T) {
 		}
 	}
 }
+
+func TestPackageChipsCheckedInPlace(t *testing.T) {
+	n, _ := startBuyer(t)
+	c := api.NewClient(n.APIURL(), n.Token())
+	res, err := c.CheckPackages(context.Background(), []string{"numpy", " torch == 2.2.0 ", "-e .", "git+https://x/y", "NumPy>=1.26", "pandas[performance]>=2,<3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ pkg, err string }{
+		{"numpy", ""},
+		{"torch==2.2.0", ""},
+		{"", "is a pip option, not a package"},
+		{"", "is a URL or direct reference"},
+		{"", `package "numpy" is listed twice`},
+		{"pandas[performance]>=2,<3", ""},
+	}
+	if res.OK || len(res.Chips) != len(want) {
+		t.Fatalf("%+v", res)
+	}
+	for i, w := range want {
+		got := res.Chips[i]
+		if got.Package != w.pkg || (w.err == "") != (got.Error == "") || !strings.Contains(got.Error, w.err) {
+			t.Errorf("chip %q: %+v, want package %q error %q", got.Chip, got, w.pkg, w.err)
+		}
+	}
+	if res, err := c.CheckPackages(context.Background(), []string{"scikit-learn>=1.3"}); err != nil || !res.OK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if status, out := request(t, n, "POST", "/api/packages/check", n.Token(), "application/json", strings.NewReader(`["numpy"]`)); status != 400 || out["code"] != api.CodeBadRequest {
+		t.Fatalf("a bare list: %d %v", status, out)
+	}
+}

@@ -86,3 +86,12 @@ func (n *Node) UploadScript(ctx context.Context, name string, r io.Reader) (api.
 	}
 	return api.Script{CID: in.CID, Name: name, Size: in.Size, MainFound: true, MainAsync: info.MainAsync, MainLine: info.MainLine}, nil
 }
+
+// CheckPackages checks package chips one by one, for a form to mark each.
+func (n *Node) CheckPackages(ctx context.Context, chips []string) (api.PackageCheck, error) {
+	res := api.PackageCheck{OK: true, Chips: inputs.CheckChips(chips)}
+	for _, c := range res.Chips {
+		res.OK = res.OK && c.Error == ""
+	}
+	return res, nil
+}
