@@ -15,6 +15,7 @@ import (
 
 	"github.com/trisparc/gaas/api"
 	"github.com/trisparc/gaas/coordinator"
+	"github.com/trisparc/gaas/inputs"
 	"github.com/trisparc/gaas/internal/metricstest"
 	"github.com/trisparc/gaas/store"
 )
@@ -83,6 +84,7 @@ func TestAPIRefusesBadRequests(t *testing.T) {
 		{"dataset path", "POST", "/api/datasets?name=../../etc/x.csv", tok, "text/csv", "a,b\n1,2\n", 400, api.CodeInvalidInput},
 		{"empty dataset", "POST", "/api/datasets?name=d.csv", tok, "text/csv", "", 422, api.CodeInvalidInput},
 		{"dataset as a form", "POST", "/api/datasets?name=d.csv", tok, "multipart/form-data; boundary=x", "--x\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\na,b\n1,2\n\r\n--x--\r\n", 415, api.CodeBadRequest},
+		{"script too large", "POST", "/api/scripts?name=t.py", tok, "text/x-python", "def main():\n    pass\n#" + strings.Repeat("x", inputs.MaxScriptSize), 413, api.CodeTooLarge},
 		{"script as a form", "POST", "/api/scripts?name=t.py", tok, "multipart/form-data; boundary=x", "--x--\r\n", 415, api.CodeBadRequest},
 		{"script without main", "POST", "/api/scripts?name=t.py", tok, "text/x-python", "x = 1\n", 422, api.CodeInvalidInput},
 		{"unknown job", "GET", "/api/jobs/j-404", tok, "", "", 404, api.CodeNotFound},
