@@ -43,12 +43,13 @@ type Store struct {
 	swap  *bitswap.Bitswap
 	dag   ipld.DAGService
 	local ipld.DAGService // never asks the network
+	raw   ipld.DAGService // local, and does not keep pending blocks: for importers' own reads
 
 	mu     sync.Mutex
 	grants map[peer.ID]map[cid.Cid]int // block → how many grants cover it
 
 	pendingMu sync.Mutex
-	pending   map[cid.Cid]*pendingBlock // written by checked imports in flight
+	pending   map[string]*pendingBlock // by multihash: written by imports in flight
 }
 
 // Open opens (or creates) the blockstore in dir and starts bitswap on h.
@@ -62,17 +63,22 @@ func Open(dir string, h host.Host) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening blockstore %s: %w", dir, err)
 	}
-	s := &Store{files: files, grants: map[peer.ID]map[cid.Cid]int{}, pending: map[cid.Cid]*pendingBlock{}}
-	s.swap = bitswap.New(context.Background(), bsnet.NewFromIpfsHost(h), nil, files,
+	s := &Store{files: files, grants: map[peer.ID]map[cid.Cid]int{}, pending: map[string]*pendingBlock{}}
+	// Everything but an import's own writes goes through guarded, so that
+	// a block an import in flight wrote is kept once anything else uses it.
+	bs := guarded{s}
+	s.swap = bitswap.New(context.Background(), bsnet.NewFromIpfsHost(h), nil, bs,
 		bitswap.WithPeerBlockRequestFilter(s.granted))
-	s.dag = merkledag.NewDAGService(blockservice.New(files, s.swap))
-	s.local = merkledag.NewDAGService(blockservice.New(files, nil))
+	s.dag = merkledag.NewDAGService(blockservice.New(bs, s.swap))
+	s.local = merkledag.NewDAGService(blockservice.New(bs, nil))
+	s.raw = merkledag.NewDAGService(blockservice.New(files, nil))
 	return s, nil
 }
 
 // migrate moves a pebble blockstore in dir into files: it copies every
-// block into dir.files, then swaps the folders. A crash at any point
-// leaves either the old store (copied again next time) or the new one.
+// block into dir.files, then swaps the folders. A crash or failure at any
+// point leaves the old store whole; a later start goes on copying (blocks
+// are written whole or not at all, so those copied stay).
 func migrate(dir string) error {
 	next, old := dir+".files", dir+".pebble-old"
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -83,10 +89,8 @@ func migrate(dir string) error {
 		}
 	}
 	if !isPebble(dir) {
-		return os.RemoveAll(old)
-	}
-	if err := os.RemoveAll(next); err != nil {
-		return err
+		os.RemoveAll(old) // leftovers of a finished move; harmless if they stay
+		return nil
 	}
 	files, err := openFileStore(next)
 	if err != nil {
@@ -98,24 +102,29 @@ func migrate(dir string) error {
 	}
 	ctx := context.Background()
 	bs := blockstore.NewBlockstore(ds)
-	keys, err := bs.AllKeysChan(ctx)
+	lister, ok := bs.(blockstore.AllKeysChanWithErrer)
+	if !ok {
+		ds.Close()
+		return errors.New("this boxo's blockstore cannot say whether a listing was complete")
+	}
+	keys, listErr, err := lister.AllKeysChanWithErr(ctx)
 	if err != nil {
 		ds.Close()
 		return err
 	}
+	var copyErr error
 	for c := range keys {
+		if copyErr != nil {
+			continue // drain, so the lister ends
+		}
 		b, err := bs.Get(ctx, c)
 		if err == nil {
 			err = files.Put(ctx, b)
 		}
-		if err != nil {
-			for range keys { // let the lister finish
-			}
-			ds.Close()
-			return err
-		}
+		copyErr = err
 	}
-	if err := errors.Join(files.Sync(), ds.Close()); err != nil {
+	// A listing cut short must not be taken for the whole store.
+	if err := errors.Join(copyErr, listErr(), files.Sync(), ds.Close()); err != nil {
 		return err
 	}
 	if err := os.Rename(dir, old); err != nil {
@@ -124,7 +133,11 @@ func migrate(dir string) error {
 	if err := os.Rename(next, dir); err != nil {
 		return err
 	}
-	return os.RemoveAll(old)
+	if err := syncDir(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	os.RemoveAll(old)
+	return nil
 }
 
 func (s *Store) granted(p peer.ID, c cid.Cid) bool {
@@ -187,12 +200,16 @@ func (s *Store) Close() error {
 
 // ImportFile adds the bytes of r as a UnixFS file and returns its root.
 func (s *Store) ImportFile(ctx context.Context, r io.Reader) (cid.Cid, error) {
-	im := s.newImporter(false)
+	im := s.newImporter()
 	c, err := importFile(r, im)
-	if err = errors.Join(err, im.wait()); err != nil {
+	if err = errors.Join(err, im.wait()); err == nil {
+		err = s.files.Sync()
+	}
+	s.release(im, err == nil) // a failed import leaves no blocks of its own behind
+	if err != nil {
 		return cid.Undef, err
 	}
-	return c, s.files.Sync()
+	return c, nil
 }
 
 func importFile(r io.Reader, dag ipld.DAGService) (cid.Cid, error) {

@@ -15,8 +15,8 @@ import (
 // ImportChecked stores r as a UnixFS file while check reads the same bytes
 // alongside it, on another core, in one pass over r. If check or the
 // import fails, the blocks this import added are removed again (all but
-// those another import also used) and check's error comes first. Memory
-// stays at a few chunks, whatever the size of r.
+// those something else also used) and the error of whichever failed first
+// is returned. Memory stays at a few chunks, whatever the size of r.
 func (s *Store) ImportChecked(ctx context.Context, r io.Reader, check func(io.Reader) error) (cid.Cid, error) {
 	f := newFanout(2, 16, 256<<10)
 	var checkErr, importErr error
@@ -27,51 +27,62 @@ func (s *Store) ImportChecked(ctx context.Context, r io.Reader, check func(io.Re
 		defer wg.Done()
 		in := f.reader(0)
 		if checkErr = check(in); checkErr != nil {
-			f.stop()
+			f.stop(byCheck)
 		}
 		in.drain()
 	}()
-	session := s.newImporter(true)
+	im := s.newImporter()
 	go func() {
 		defer wg.Done()
 		in := f.reader(1)
-		root, importErr = importFile(in, session)
-		if importErr = errors.Join(importErr, session.wait()); importErr != nil {
-			f.stop()
+		root, importErr = importFile(in, im)
+		if importErr = errors.Join(importErr, im.wait()); importErr != nil {
+			f.stop(byImport)
 		}
 		in.drain()
 	}()
 	f.feed(ctx, r)
 	wg.Wait()
-	err := errors.Join(checkErr, importErr)
-	if checkErr != nil {
-		err = checkErr // the import only stopped because of it
-	}
-	if err == nil {
+	var err error
+	switch {
+	case f.stoppedBy.Load() == byImport:
+		err = importErr // the check only failed because its input was cut off
+	case checkErr != nil:
+		err = checkErr
+	case importErr != nil:
+		err = importErr
+	case f.end != io.EOF:
+		// Both took the end of the input for the end of the file; the
+		// chunker does so even for a read that broke off.
+		err = f.end
+	default:
 		err = s.files.Sync()
 	}
-	s.release(session, err == nil)
+	s.release(im, err == nil)
 	if err != nil {
 		return cid.Undef, err
 	}
 	return root, nil
 }
 
-// pendingBlock is a block written by a checked import that has not ended:
-// it is removed if every import that used it failed.
+// key names a block as the store does: by its multihash alone, so a raw
+// and a dag-pb CID of the same bytes are one block.
+func key(c cid.Cid) string { return string(c.Hash()) }
+
+// pendingBlock is a block written by an import that has not ended: it is
+// removed if every import that used it failed and nothing else used it.
 type pendingBlock struct {
 	users int  // imports in flight that wrote or reused it
-	keep  bool // an import that used it succeeded
+	keep  bool // an import that used it succeeded, or something else used it
 }
 
 // importer is the DAG service one import writes through. Blocks are
 // written by a few goroutines at once, so one block's fsync does not hold
-// up hashing the next; wait collects them. A checked import also claims
-// each block the store did not already hold, so a failure can remove it.
+// up hashing the next; wait collects them. Each block the store did not
+// hold already is claimed, so that a failure can remove it.
 type importer struct {
 	ipld.DAGService // reads, for the DAG builder
 	s               *Store
-	checked         bool
 	claimed         map[cid.Cid]bool // only the import's goroutine touches it
 
 	slots chan struct{}
@@ -80,16 +91,18 @@ type importer struct {
 	err   error
 }
 
-func (s *Store) newImporter(checked bool) *importer {
-	return &importer{DAGService: s.local, s: s, checked: checked, claimed: map[cid.Cid]bool{}, slots: make(chan struct{}, 16)}
+func (s *Store) newImporter() *importer {
+	return &importer{DAGService: s.raw, s: s, claimed: map[cid.Cid]bool{}, slots: make(chan struct{}, 16)}
 }
 
 func (t *importer) Add(ctx context.Context, nd ipld.Node) error {
-	if t.checked {
-		if err := t.claim(nd.Cid()); err != nil {
-			return err
-		}
+	if t.claimed[nd.Cid()] {
+		return nil // a repeated chunk: written once
 	}
+	if !t.s.claim(nd.Cid()) {
+		return nil // held before this import began: nothing to write
+	}
+	t.claimed[nd.Cid()] = true
 	t.mu.Lock()
 	failed := t.err
 	t.mu.Unlock()
@@ -130,38 +143,35 @@ func (t *importer) wait() error {
 	return t.err
 }
 
-func (t *importer) claim(c cid.Cid) error {
-	if t.claimed[c] {
-		return nil
-	}
-	s := t.s
+// claim notes that an import uses block c, unless c was stored before
+// any import in flight wrote it (then it is no import's to remove, and
+// claim reports false).
+func (s *Store) claim(c cid.Cid) bool {
 	s.pendingMu.Lock()
 	defer s.pendingMu.Unlock()
-	p := s.pending[c]
+	p := s.pending[key(c)]
 	if p == nil {
-		had, err := s.files.Has(context.Background(), c)
-		if err != nil || had {
-			return err // kept from before: never this import's to remove
+		if had, _ := s.files.Has(context.Background(), c); had {
+			return false
 		}
 		p = &pendingBlock{}
-		s.pending[c] = p
+		s.pending[key(c)] = p
 	}
 	p.users++
-	t.claimed[c] = true
-	return nil
+	return true
 }
 
-// release ends a checked import: its blocks are kept if it succeeded, and
-// removed if it failed and no other import used them.
+// release ends an import: its blocks are kept if it succeeded, and
+// removed if it failed and nothing else used them.
 func (s *Store) release(t *importer, ok bool) {
 	s.pendingMu.Lock()
-	defer s.pendingMu.Unlock() // held while removing, so no import claims a block going away
+	defer s.pendingMu.Unlock() // held while removing, so no one claims a block going away
 	for c := range t.claimed {
-		p := s.pending[c]
+		p := s.pending[key(c)]
 		p.users--
 		p.keep = p.keep || ok
 		if p.users == 0 {
-			delete(s.pending, c)
+			delete(s.pending, key(c))
 			if !p.keep {
 				s.files.DeleteBlock(context.Background(), c)
 			}
@@ -169,19 +179,109 @@ func (s *Store) release(t *importer, ok bool) {
 	}
 }
 
-// errStopped is what a consumer reads once the feed was stopped because
-// another consumer failed.
+// keepPending marks c kept if an import in flight wrote it: something
+// else now relies on it. The caller holds pendingMu.
+func (s *Store) keepPending(c cid.Cid) {
+	if p := s.pending[key(c)]; p != nil {
+		p.keep = true
+	}
+}
+
+// guarded is the blockstore as bitswap and the node's reads and plain
+// writes see it. Finding a block an import in flight wrote keeps it, and
+// the look is made under pendingMu, so a block found is never removed
+// afterwards by that import's failure.
+type guarded struct{ s *Store }
+
+func (g guarded) Has(ctx context.Context, c cid.Cid) (bool, error) {
+	g.s.pendingMu.Lock()
+	defer g.s.pendingMu.Unlock()
+	g.s.keepPending(c)
+	return g.s.files.Has(ctx, c)
+}
+
+func (g guarded) Get(ctx context.Context, c cid.Cid) (blockformat.Block, error) {
+	if has, err := g.Has(ctx, c); err != nil || !has {
+		if err == nil {
+			err = ipld.ErrNotFound{Cid: c}
+		}
+		return nil, err
+	}
+	return g.s.files.Get(ctx, c)
+}
+
+func (g guarded) GetSize(ctx context.Context, c cid.Cid) (int, error) {
+	if has, err := g.Has(ctx, c); err != nil || !has {
+		if err == nil {
+			err = ipld.ErrNotFound{Cid: c}
+		}
+		return -1, err
+	}
+	return g.s.files.GetSize(ctx, c)
+}
+
+// Put writes a block for good: if an import in flight wrote it too, it
+// is kept whatever becomes of that import.
+func (g guarded) Put(ctx context.Context, b blockformat.Block) error {
+	s, c := g.s, b.Cid()
+	s.pendingMu.Lock()
+	p := s.pending[key(c)]
+	if p == nil {
+		if had, _ := s.files.Has(ctx, c); had {
+			s.pendingMu.Unlock()
+			return nil
+		}
+		p = &pendingBlock{}
+		s.pending[key(c)] = p
+	}
+	p.users++
+	p.keep = true
+	s.pendingMu.Unlock()
+	err := s.files.Put(ctx, b)
+	s.pendingMu.Lock()
+	if p.users--; p.users == 0 {
+		delete(s.pending, key(c))
+	}
+	s.pendingMu.Unlock()
+	return err
+}
+
+func (g guarded) PutMany(ctx context.Context, bs []blockformat.Block) error {
+	for _, b := range bs {
+		if err := g.Put(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g guarded) DeleteBlock(ctx context.Context, c cid.Cid) error {
+	return g.s.files.DeleteBlock(ctx, c)
+}
+
+func (g guarded) AllKeysChan(ctx context.Context) (<-chan cid.Cid, error) {
+	return g.s.files.AllKeysChan(ctx)
+}
+
+// errStopped is what a reader gets once the feed was stopped because
+// another reader failed.
 var errStopped = errors.New("stopped: the other reader of the upload failed")
+
+// The readers of a checked import, to say which stopped the feed.
+const (
+	byCheck  = 1
+	byImport = 2
+)
 
 // fanout hands the same stream of chunks to several readers, each at its
 // own pace, from a fixed pool of buffers: a slow reader holds the feed
 // back rather than letting memory grow.
 type fanout struct {
-	free    chan []byte
-	outs    []chan *piece
-	stopped chan struct{}
-	once    sync.Once
-	end     error // why the feed ended (io.EOF when the input ran out); set before outs close
+	free      chan []byte
+	outs      []chan *piece
+	stopped   chan struct{}
+	stoppedBy atomic.Int32 // the first reader to stop the feed
+	end       error        // why the feed ended (io.EOF when the input ran out); set before outs close
 }
 
 type piece struct {
@@ -201,7 +301,12 @@ func newFanout(readers, buffers, size int) *fanout {
 	return f
 }
 
-func (f *fanout) stop() { f.once.Do(func() { close(f.stopped) }) }
+// stop ends the feed; the first caller is remembered.
+func (f *fanout) stop(who int32) {
+	if f.stoppedBy.CompareAndSwap(0, who) {
+		close(f.stopped)
+	}
+}
 
 // feed reads r to its end (or until stopped) and closes the readers.
 func (f *fanout) feed(ctx context.Context, r io.Reader) {
@@ -212,6 +317,11 @@ func (f *fanout) feed(ctx context.Context, r io.Reader) {
 		}
 	}()
 	for {
+		select { // a stop wins over a free buffer
+		case <-f.stopped:
+			return
+		default:
+		}
 		var buf []byte
 		select {
 		case buf = <-f.free:

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ipfs/boxo/blockservice"
 	"github.com/ipfs/boxo/blockstore"
@@ -219,5 +221,96 @@ func TestOpenMovesPebbleBlockstore(t *testing.T) {
 		if _, err := os.Stat(gone); !os.IsNotExist(err) {
 			t.Fatalf("%s is left over", gone)
 		}
+	}
+}
+
+// When the import fails first (here: the blockstore cannot write), its
+// error is the answer, not the check's complaint about its cut-off input.
+func TestImportCheckedImportFailsFirst(t *testing.T) {
+	s := openStore(t, newHost(t))
+	tmp := filepath.Join(s.files.dir, "tmp")
+	os.RemoveAll(tmp)
+	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.ImportChecked(context.Background(), bytes.NewReader(random(8<<20)), func(r io.Reader) error {
+		_, err := io.Copy(io.Discard, r)
+		return err
+	})
+	if err == nil || errors.Is(err, errStopped) || !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("error %v, want the blockstore's own", err)
+	}
+}
+
+// A check that stops reading early and says yes does not make a cut-off
+// upload look whole.
+func TestImportCheckedTruncatedUpload(t *testing.T) {
+	s := openStore(t, newHost(t))
+	before := blockSet(t, s)
+	in := io.MultiReader(bytes.NewReader(random(2<<20)), errReader{io.ErrUnexpectedEOF})
+	_, err := s.ImportChecked(context.Background(), in, func(r io.Reader) error {
+		_, err := io.CopyN(io.Discard, r, 10)
+		return err
+	})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("error %v, want the broken read", err)
+	}
+	if after := blockSet(t, s); !equal(after, before) {
+		t.Fatalf("%d blocks before, %d after", len(before), len(after))
+	}
+}
+
+// Blocks a failing checked import wrote are kept when something else came
+// to rely on them meanwhile: a plain import of the same bytes, or a read
+// (as bitswap and a fetch make).
+func TestImportCheckedKeepsWhatOthersUse(t *testing.T) {
+	ctx := context.Background()
+	for _, other := range []string{"plain import", "read"} {
+		t.Run(other, func(t *testing.T) {
+			s := openStore(t, newHost(t))
+			data := random(3<<20 + 7)
+			read, release, failed := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			go func() {
+				_, err := s.ImportChecked(ctx, bytes.NewReader(data), func(r io.Reader) error {
+					io.Copy(io.Discard, r)
+					close(read)
+					<-release
+					return errors.New("rejected")
+				})
+				failed <- err
+			}()
+			<-read
+			// Wait until the checked import has written its blocks.
+			for len(blockSet(t, s)) < 5 { // four leaves and the root
+				time.Sleep(time.Millisecond)
+			}
+			var root cid.Cid
+			switch other {
+			case "plain import":
+				c, err := s.ImportFile(ctx, bytes.NewReader(data))
+				if err != nil {
+					t.Fatal(err)
+				}
+				root = c
+			case "read":
+				keys, _ := s.files.AllKeysChan(ctx)
+				for c := range keys {
+					if _, err := s.local.Get(ctx, c); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			kept := blockSet(t, s)
+			close(release)
+			if err := <-failed; err == nil {
+				t.Fatal("the rejected upload succeeded")
+			}
+			if after := blockSet(t, s); !equal(after, kept) {
+				t.Fatalf("%d blocks in use, %d left after the failed import", len(kept), len(after))
+			}
+			if root.Defined() && !bytes.Equal(readAll(t, s, root), data) {
+				t.Fatal("the plain import lost blocks")
+			}
+		})
 	}
 }

@@ -34,6 +34,8 @@ type fileStore struct {
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
+// openFileStore opens dir, making its 256 shard folders (and syncing dir,
+// so they last) the first time.
 func openFileStore(dir string) (*fileStore, error) {
 	if err := os.RemoveAll(filepath.Join(dir, "tmp")); err != nil {
 		return nil, err
@@ -41,7 +43,29 @@ func openFileStore(dir string) (*fileStore, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
 		return nil, err
 	}
+	made := false
+	for i := range 256 {
+		err := os.Mkdir(filepath.Join(dir, fmt.Sprintf("%02x", i)), 0o700)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		made = made || err == nil
+	}
+	if made {
+		if err := syncDir(dir); err != nil {
+			return nil, err
+		}
+	}
 	return &fileStore{dir: dir, dirty: map[string]bool{}}, nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // path is where a block lives: DIR/ab/CIQ….
@@ -82,6 +106,12 @@ func (s *fileStore) GetSize(_ context.Context, c cid.Cid) (int, error) {
 
 func (s *fileStore) Put(_ context.Context, b blockformat.Block) error {
 	dst := s.path(b.Cid())
+	// Marked before the rename (and when the block is already there: its
+	// writer may not have synced the folder yet), so a Sync after this
+	// Put covers the block's name.
+	s.mu.Lock()
+	s.dirty[filepath.Dir(dst)] = true
+	s.mu.Unlock()
 	if _, err := os.Stat(dst); err == nil {
 		return nil // content-addressed: the same name holds the same bytes
 	}
@@ -96,22 +126,13 @@ func (s *fileStore) Put(_ context.Context, b blockformat.Block) error {
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	shard := filepath.Dir(dst)
 	if err == nil {
 		err = os.Rename(tmp.Name(), dst)
-		if errors.Is(err, fs.ErrNotExist) { // the shard's first block
-			if err = os.Mkdir(shard, 0o700); err == nil || errors.Is(err, fs.ErrExist) {
-				err = os.Rename(tmp.Name(), dst)
-			}
-		}
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("writing block %s: %w", b.Cid(), err)
 	}
-	s.mu.Lock()
-	s.dirty[shard] = true
-	s.mu.Unlock()
 	return nil
 }
 
@@ -141,12 +162,12 @@ func (s *fileStore) Sync() error {
 	s.mu.Unlock()
 	var errs []error
 	for d := range dirs {
-		f, err := os.Open(d)
-		if err == nil {
-			err = f.Sync()
-			f.Close()
+		if err := syncDir(d); err != nil {
+			errs = append(errs, err)
+			s.mu.Lock()
+			s.dirty[d] = true // still owed: the next Sync tries again
+			s.mu.Unlock()
 		}
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

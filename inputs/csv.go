@@ -222,15 +222,12 @@ func nextRecord(br *bufio.Reader, delim byte, cols int, line *int) (row, eof boo
 			return true, eof, nil
 		default:
 			start := *line
-			n, extra, perr := scanQuoted(br, rec, delim, line)
+			n, perr := scanQuoted(br, rec, delim, line)
 			if perr != nil {
 				return false, false, perr
 			}
 			if n != cols {
 				return false, false, fieldCountError(start)
-			}
-			if !utf8.Valid(extra) {
-				return false, false, utf8Error(start)
 			}
 			return true, eof, nil
 		}
@@ -254,52 +251,61 @@ func utf8Error(line int) error {
 	return &CSVError{Line: int64(line), Reason: fmt.Sprintf("Line %d of the dataset is not valid UTF-8 text. Save the file with UTF-8 encoding and upload it again.", line)}
 }
 
-// scanQuoted parses one record that holds quotes, reading further lines
-// while a quoted field runs on. It returns the number of fields and the
-// record's bytes; *line advances past the lines it read. Between quotes
-// it counts delimiters in whole stretches, as the quote-free path does.
-func scanQuoted(br *bufio.Reader, first []byte, delim byte, line *int) (int, []byte, error) {
+// scanQuoted counts the fields of one record that holds quotes, reading
+// further lines while a quoted field runs on, one line at a time, so time
+// and memory stay linear however many lines a field spans. *line advances
+// past the lines it read. Between quotes it counts delimiters in whole
+// stretches, as the quote-free path does. A failed read is returned as it
+// is: only the end of the input inside quotes is the file's fault.
+func scanQuoted(br *bufio.Reader, first []byte, delim byte, line *int) (int, error) {
 	start := *line
-	rec := first[:len(first):len(first)] // the reader's buffer: copied only if more lines come
-	body := trimEOL(rec)
-	fields, pos := 1, 0
+	body := trimEOL(first)
+	fields, inQuote := 1, false
 	for {
-		q := bytes.IndexByte(body[pos:], '"')
-		if q < 0 {
-			return fields + bytes.Count(body[pos:], []byte{delim}), rec, nil
+		if !utf8.Valid(body) { // no rune holds a newline: lines can be checked alone
+			return 0, utf8Error(start)
 		}
-		seg := body[pos : pos+q]
-		fields += bytes.Count(seg, []byte{delim})
-		// A quote opens a field only at its start.
-		if q > 0 && seg[len(seg)-1] != delim || q == 0 && pos > 0 && body[pos-1] != delim {
-			return 0, nil, quoteError(start)
-		}
-		// Find the closing quote, past doubled ones, reading on while the
-		// field runs over lines.
-		i := pos + q + 1
-		for {
-			c := bytes.IndexByte(body[i:], '"')
-			if c < 0 {
-				rec = append([]byte(nil), rec...) // before the reader reuses its buffer
-				more, err := br.ReadBytes('\n')
-				if len(more) == 0 && err != nil {
-					return 0, nil, quoteError(start) // the file ends inside quotes
+		for pos := 0; pos < len(body); {
+			if inQuote {
+				c := bytes.IndexByte(body[pos:], '"')
+				if c < 0 {
+					break // the field runs on into the next line
 				}
-				*line++
-				rec = append(rec, more...)
-				body = trimEOL(rec)
+				i := pos + c
+				if i+1 < len(body) && body[i+1] == '"' {
+					pos = i + 2 // an escaped quote
+					continue
+				}
+				inQuote, pos = false, i+1
+				if pos < len(body) && body[pos] != delim {
+					return 0, quoteError(start) // text after a closing quote
+				}
 				continue
 			}
-			i += c
-			if i+1 < len(body) && body[i+1] == '"' {
-				i += 2 // an escaped quote
-				continue
+			q := bytes.IndexByte(body[pos:], '"')
+			if q < 0 {
+				fields += bytes.Count(body[pos:], []byte{delim})
+				break
 			}
-			break
+			seg := body[pos : pos+q]
+			fields += bytes.Count(seg, []byte{delim})
+			// A quote opens a field only at its start.
+			if q > 0 && seg[len(seg)-1] != delim || q == 0 && pos > 0 && body[pos-1] != delim {
+				return 0, quoteError(start)
+			}
+			inQuote, pos = true, pos+q+1
 		}
-		pos = i + 1
-		if pos < len(body) && body[pos] != delim {
-			return 0, nil, quoteError(start) // text after a closing quote
+		if !inQuote {
+			return fields, nil
 		}
+		more, err := br.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			return 0, err
+		}
+		if len(more) == 0 {
+			return 0, quoteError(start) // the file ends inside quotes
+		}
+		*line++
+		body = trimEOL(more)
 	}
 }
