@@ -28,6 +28,8 @@ bench: deps ## run the benchmarks
 fuzz: ## fuzz each decoder of user or network input for 30 s
 	$(GO) test -run '^$$' -fuzz FuzzInspectCSV -fuzztime 30s ./inputs
 	$(GO) test -run '^$$' -fuzz FuzzCheckPackage -fuzztime 30s ./inputs
+	$(GO) test -run '^$$' -fuzz FuzzScannerAgreesWithEncodingCSV -fuzztime 30s ./inputs
+	$(GO) test -run '^$$' -fuzz FuzzCheckScript -fuzztime 30s ./inputs
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 30s ./protocol
 	$(GO) test -run '^$$' -fuzz FuzzConnReceive -fuzztime 30s ./protocol
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./money
