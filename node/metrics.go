@@ -52,8 +52,8 @@ func newMetrics(n *Node) *metrics {
 	m.reg.MustRegister(m.match, m.apiBytes, m.sandboxRuns, m.sandboxErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		jobStates{n},
-		blockBytes(n, "received", func(s blocksStat) uint64 { return s.received }),
-		blockBytes(n, "sent", func(s blocksStat) uint64 { return s.sent }),
+		blockBytes("received", func() uint64 { r, _ := n.blocks.Transferred(); return r }),
+		blockBytes("sent", func() uint64 { _, s := n.blocks.Transferred(); return s }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gaas_provider_online",
 			Help: "1 while provider mode is on.",
@@ -69,17 +69,12 @@ func newMetrics(n *Node) *metrics {
 	return m
 }
 
-type blocksStat struct{ received, sent uint64 }
-
-func blockBytes(n *Node, direction string, pick func(blocksStat) uint64) prometheus.Collector {
+func blockBytes(direction string, bytes func() uint64) prometheus.Collector {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name:        "gaas_block_bytes_total",
 		Help:        "Bytes of blocks (datasets, scripts, models) moved over bitswap.",
 		ConstLabels: prometheus.Labels{"direction": direction},
-	}, func() float64 {
-		received, sent := n.blocks.Transferred()
-		return float64(pick(blocksStat{received, sent}))
-	})
+	}, func() float64 { return float64(bytes()) })
 }
 
 // jobStates reads the jobs by state from the store at each scrape, so the
@@ -145,27 +140,20 @@ func (m meteredReader) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// meteredFile is a model file that counts what is read of it and can
-// still seek, for range requests.
-type meteredFile struct {
-	io.ReadSeekCloser
-	c prometheus.Counter
+// meteredFile counts what is read of a model file and can still seek, for
+// range requests.
+func meteredFile(f io.ReadSeekCloser, c prometheus.Counter) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Seeker
+		io.Closer
+	}{meteredReader{f, c}, f, f}
 }
 
-func (m meteredFile) Read(p []byte) (int, error) {
-	k, err := m.ReadSeekCloser.Read(p)
-	m.c.Add(float64(k))
-	return k, err
-}
-
-// meteredStream is a model archive being streamed.
-type meteredStream struct {
-	io.ReadCloser
-	c prometheus.Counter
-}
-
-func (m meteredStream) Read(p []byte) (int, error) {
-	k, err := m.ReadCloser.Read(p)
-	m.c.Add(float64(k))
-	return k, err
+// meteredStream counts what is read of a model archive being streamed.
+func meteredStream(r io.ReadCloser, c prometheus.Counter) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{meteredReader{r, c}, r}
 }

@@ -47,9 +47,9 @@ func (n *Node) Model(ctx context.Context, id, format string) (*api.ModelFile, er
 		}
 		m := &api.ModelFile{Name: j.Model.Name, CID: j.Model.CID, Size: j.Model.Size, ContentType: ct}
 		if rs, ok := nd.(io.ReadSeekCloser); ok { // served with ranges
-			m.Body = meteredFile{rs, n.metrics.apiBytes.WithLabelValues("download")}
+			m.Body = meteredFile(rs, n.metrics.apiBytes.WithLabelValues("download"))
 		} else {
-			m.Body = meteredStream{nd, n.metrics.apiBytes.WithLabelValues("download")}
+			m.Body = meteredStream(nd, n.metrics.apiBytes.WithLabelValues("download"))
 		}
 		return m, nil
 	case files.Directory:
@@ -67,7 +67,7 @@ func (n *Node) Model(ctx context.Context, id, format string) (*api.ModelFile, er
 			defer nd.Close()
 			pw.CloseWithError(write(pw, nd))
 		}()
-		return &api.ModelFile{Name: name, CID: j.Model.CID, Size: -1, ContentType: ct, Body: meteredStream{pr, n.metrics.apiBytes.WithLabelValues("download")}}, nil
+		return &api.ModelFile{Name: name, CID: j.Model.CID, Size: -1, ContentType: ct, Body: meteredStream(pr, n.metrics.apiBytes.WithLabelValues("download"))}, nil
 	}
 	nd.Close()
 	return nil, fmt.Errorf("model %s is neither a file nor a folder", c)
