@@ -200,21 +200,24 @@ func (g guarded) Has(ctx context.Context, c cid.Cid) (bool, error) {
 	return g.s.files.Has(ctx, c)
 }
 
+// present is Has as an error: ipld.ErrNotFound when the block is missing.
+func (g guarded) present(ctx context.Context, c cid.Cid) error {
+	has, err := g.Has(ctx, c)
+	if err == nil && !has {
+		err = ipld.ErrNotFound{Cid: c}
+	}
+	return err
+}
+
 func (g guarded) Get(ctx context.Context, c cid.Cid) (blockformat.Block, error) {
-	if has, err := g.Has(ctx, c); err != nil || !has {
-		if err == nil {
-			err = ipld.ErrNotFound{Cid: c}
-		}
+	if err := g.present(ctx, c); err != nil {
 		return nil, err
 	}
 	return g.s.files.Get(ctx, c)
 }
 
 func (g guarded) GetSize(ctx context.Context, c cid.Cid) (int, error) {
-	if has, err := g.Has(ctx, c); err != nil || !has {
-		if err == nil {
-			err = ipld.ErrNotFound{Cid: c}
-		}
+	if err := g.present(ctx, c); err != nil {
 		return -1, err
 	}
 	return g.s.files.GetSize(ctx, c)
