@@ -1,10 +1,8 @@
 package inputs
 
 import (
-	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -18,15 +16,7 @@ import (
 // and the heap it needed. Set GAAS_BENCH_CSV_MB for the size (default
 // 256; the figure is 1024).
 func BenchmarkInspectCSV(b *testing.B) {
-	mb := 256
-	if v := os.Getenv("GAAS_BENCH_CSV_MB"); v != "" {
-		fmt.Sscan(v, &mb)
-	}
-	path := filepath.Join(b.TempDir(), "big.csv")
-	written, err := testcsv.Write(path, mb<<20)
-	if err != nil {
-		b.Fatal(err)
-	}
+	path, written := testcsv.ForBenchmark(b)
 	size := float64(written)
 
 	var plain, inspect time.Duration

@@ -2,12 +2,10 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -26,15 +24,7 @@ import (
 // the process held meanwhile. GAAS_BENCH_CSV_MB sets the size (default
 // 256; the figure is 1024).
 func BenchmarkUploadDataset(b *testing.B) {
-	mb := 256
-	if v := os.Getenv("GAAS_BENCH_CSV_MB"); v != "" {
-		fmt.Sscan(v, &mb)
-	}
-	path := filepath.Join(b.TempDir(), "big.csv")
-	written, err := testcsv.Write(path, mb<<20)
-	if err != nil {
-		b.Fatal(err)
-	}
+	path, written := testcsv.ForBenchmark(b)
 	size := float64(written) / 1e6
 
 	n, _ := startBuyer(b)

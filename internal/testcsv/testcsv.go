@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
+	"testing"
 )
 
 // Header is the first line Write writes.
@@ -32,4 +34,20 @@ func Write(path string, size int) (int64, error) {
 		return 0, err
 	}
 	return written, f.Close()
+}
+
+// ForBenchmark writes the benchmarks' CSV into b's temporary folder: 256
+// MiB, or GAAS_BENCH_CSV_MB (the figure is 1024). It returns the
+// path and the exact size.
+func ForBenchmark(b *testing.B) (string, int64) {
+	mb := 256
+	if v := os.Getenv("GAAS_BENCH_CSV_MB"); v != "" {
+		fmt.Sscan(v, &mb)
+	}
+	path := filepath.Join(b.TempDir(), "big.csv")
+	written, err := Write(path, mb<<20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path, written
 }
