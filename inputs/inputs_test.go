@@ -196,7 +196,7 @@ func FuzzScannerAgreesWithEncodingCSV(f *testing.F) {
 			}
 			ds, err := InspectCSV(strings.NewReader(in), 1<<20)
 			switch {
-			case oracleErr != nil || want <= 0 || strings.ContainsRune(in, 0) || strings.HasPrefix(in, "\xef\xbb\xbf"):
+			case oracleErr != nil || want <= 0 || strings.ContainsRune(in, 0): // NUL: the scanner calls the file binary
 				if err == nil && oracleErr != nil {
 					t.Fatalf("%q (shift %d): encoding/csv refuses (%v), the scanner accepts %d rows", body, shift, oracleErr, ds.Rows)
 				}
