@@ -43,6 +43,9 @@ func openFileStore(dir string) (*fileStore, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
 		return nil, err
 	}
+	if _, err := os.Stat(filepath.Join(dir, "ff")); err == nil {
+		return &fileStore{dir: dir, dirty: map[string]bool{}}, nil // made in order: the last means all
+	}
 	made := false
 	for i := range 256 {
 		err := os.Mkdir(filepath.Join(dir, fmt.Sprintf("%02x", i)), 0o700)
